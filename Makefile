@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make train` and `make test`. Both create .venv if needed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The PyTorch build to install when the environment has none. The project itself accepts any
+# torch>=2.3; this pin picks a build that is quick to fetch (override: make train TORCH=torch).
+TORCH ?= torch==2.13.0
+ARGS ?=
+
+.PHONY: setup train test lint
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+train: setup
+	$(PY) scripts/train.py $(ARGS)
+
+test: setup
+	$(PY) -m ruff check src scripts tests
+	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check src scripts tests
+	$(PY) -m ruff format --check src scripts tests
