@@ -1,0 +1,27 @@
+"""Shared fixtures: the real Multi30k corpus."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from minimt.corpus import local_path
+
+DEFAULT_MULTI30K_DIR = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """The folder holding the real Multi30k raw files: $MINIMT_DATA_URL, else ../shared/data."""
+    configured = os.environ.get("MINIMT_DATA_URL")
+    folder = local_path(configured) if configured else DEFAULT_MULTI30K_DIR
+    if folder is not None and folder.is_dir():
+        return folder
+    message = (
+        f"Multi30k raw files not found (MINIMT_DATA_URL={configured!r}, default "
+        f"{DEFAULT_MULTI30K_DIR}); set MINIMT_DATA_URL to a local folder or file:// URL "
+        "holding them"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)

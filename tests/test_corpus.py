@@ -1,0 +1,184 @@
+"""Fetching, verifying and reading raw parallel text."""
+
+import gzip
+import http.server
+import re
+import shutil
+import threading
+from functools import partial
+
+import pytest
+
+from minimt.corpus import (
+    MULTI30K_SHA256,
+    DataError,
+    fetch_multi30k_file,
+    load_multi30k,
+    read_parallel,
+    sha256_of,
+)
+
+
+@pytest.fixture
+def val_source(tmp_path, multi30k_dir):
+    """A folder holding a copy of the real val.de.gz, which tests may alter or delete."""
+    folder = tmp_path / "source"
+    folder.mkdir()
+    shutil.copy(multi30k_dir / "val.de.gz", folder)
+    return folder
+
+
+@pytest.fixture
+def http_url(val_source):
+    """An http:// URL served from `val_source` on localhost."""
+    handler = partial(QuietHandler, directory=str(val_source))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_pinned_table_holds_all_official_files():
+    assert len(MULTI30K_SHA256) == 22
+    assert "test_2016_flickr.cs.gz" in MULTI30K_SHA256
+    assert "test_2017_mscoco.cs.gz" not in MULTI30K_SHA256
+
+
+@pytest.mark.parametrize("as_uri", [False, True], ids=["folder", "file-url"])
+def test_fetch_from_local_folder_or_file_url(tmp_path, val_source, as_uri):
+    url = val_source.as_uri() if as_uri else str(val_source)
+    path = fetch_multi30k_file(url, tmp_path / "cache", "val", "de")
+    assert path == tmp_path / "cache" / "val.de.gz"
+    assert sha256_of(path) == MULTI30K_SHA256["val.de.gz"]
+
+
+def test_fetch_over_http(tmp_path, http_url):
+    path = fetch_multi30k_file(http_url, tmp_path / "cache", "val", "de")
+    assert sha256_of(path) == MULTI30K_SHA256["val.de.gz"]
+    assert [p.name for p in path.parent.iterdir()] == ["val.de.gz"]  # no temp file left
+
+
+def test_http_file_not_found_names_the_url(tmp_path, http_url):
+    with pytest.raises(DataError, match=re.escape(f"{http_url}val.en.gz: HTTP 404")):
+        fetch_multi30k_file(http_url, tmp_path / "cache", "val", "en")
+
+
+def test_unreachable_url_is_a_data_error_naming_it(tmp_path):
+    with pytest.raises(DataError, match=re.escape("http://127.0.0.1:9/val.de.gz")):
+        fetch_multi30k_file("http://127.0.0.1:9/", tmp_path / "cache", "val", "de")
+
+
+def test_cached_file_is_used_without_the_source(tmp_path, val_source):
+    cache = tmp_path / "cache"
+    first = fetch_multi30k_file(str(val_source), cache, "val", "de")
+    shutil.rmtree(val_source)
+    assert fetch_multi30k_file(str(val_source), cache, "val", "de") == first
+
+
+def test_corrupted_cache_file_is_fetched_again(tmp_path, val_source):
+    cache = tmp_path / "cache"
+    path = fetch_multi30k_file(str(val_source), cache, "val", "de")
+    path.write_bytes(b"not the corpus")
+    assert fetch_multi30k_file(str(val_source), cache, "val", "de") == path
+    assert sha256_of(path) == MULTI30K_SHA256["val.de.gz"]
+
+
+def test_checksum_mismatch_is_rejected_and_not_cached(tmp_path, val_source):
+    source = val_source / "val.de.gz"
+    lines = gzip.decompress(source.read_bytes()).splitlines(keepends=True)
+    lines[4] = b"Ein manipulierter Satz.\n"
+    source.write_bytes(gzip.compress(b"".join(lines)))
+    cache = tmp_path / "cache"
+
+    with pytest.raises(DataError, match="sha256") as error:
+        fetch_multi30k_file(str(val_source), cache, "val", "de")
+
+    message = str(error.value)
+    assert str(source) in message and MULTI30K_SHA256["val.de.gz"] in message
+    assert sha256_of(source) in message and "not used" in message
+    assert list(cache.iterdir()) == []
+
+
+def test_missing_folder_names_the_place_and_the_fix(tmp_path):
+    with pytest.raises(DataError) as error:
+        fetch_multi30k_file("/nonexistent/place", tmp_path / "cache", "train", "de")
+    message = str(error.value)
+    assert "/nonexistent/place/train.de.gz" in message
+    assert "data.url" in message and "MINIMT_DATA_URL" in message
+    assert "github" in message
+
+
+@pytest.mark.parametrize(
+    ("split", "lang", "listed"),
+    [("test_2017_mscoco", "cs", "test_2016_flickr"), ("train", "xx", "de")],
+)
+def test_unknown_split_or_language_lists_what_exists(tmp_path, split, lang, listed):
+    with pytest.raises(DataError, match=listed):
+        fetch_multi30k_file("/unused", tmp_path, split, lang)
+
+
+def test_load_refuses_unknown_split_before_fetching(tmp_path, val_source):
+    cache = tmp_path / "cache"
+    with pytest.raises(DataError, match="test_2017_mscoco"):
+        load_multi30k(str(val_source), cache, "de", "cs", ["val", "test_2017_mscoco"])
+    assert not cache.exists()
+
+
+def test_real_corpus_line_counts(tmp_path, multi30k_dir):
+    splits = ["train", "val", "test_2016_flickr"]
+    data = load_multi30k(str(multi30k_dir), tmp_path, "de", "en", splits)
+    assert {split: (len(src), len(tgt)) for split, (src, tgt) in data.items()} == {
+        "train": (29_000, 29_000),
+        "val": (1_014, 1_014),
+        "test_2016_flickr": (1_000, 1_000),
+    }
+    assert data["val"][0][0] == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
+
+
+def test_read_parallel_keeps_everything_but_the_newline(tmp_path):
+    src, tgt = tmp_path / "a.de.gz", tmp_path / "a.en"
+    src.write_bytes(gzip.compress(b" Ein  Mann\r\n\tlacht \r\n\n"))
+    tgt.write_bytes(b"A  man\nlaughs\rloudly\nlast line without newline ")
+    assert read_parallel(src, tgt) == (
+        [" Ein  Mann", "\tlacht ", ""],
+        ["A  man", "laughs\rloudly", "last line without newline "],
+    )
+
+
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_text("Satz\n" * 300, encoding="utf-8")
+    tgt.write_text("sentence\n" * 299, encoding="utf-8")
+    with pytest.raises(DataError) as error:
+        read_parallel(src, tgt)
+    message = str(error.value)
+    assert f"{src} has 300 lines" in message and f"{tgt} has 299 lines" in message
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    src, tgt = tmp_path / "bad.de", tmp_path / "ok.en"
+    src.write_bytes(b"eins\nzwei\ndr\xffei\nvier\n")
+    tgt.write_text("one\ntwo\nthree\nfour\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(f"{src} line 3 ")):
+        read_parallel(src, tgt)
+
+
+def test_missing_file_names_the_path(tmp_path):
+    missing = tmp_path / "missing.de"
+    (tmp_path / "ok.en").write_text("one\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(str(missing))):
+        read_parallel(missing, tmp_path / "ok.en")
+
+
+def test_broken_gzip_is_a_data_error(tmp_path):
+    broken = tmp_path / "broken.de.gz"
+    broken.write_bytes(b"plain text, not gzip\n")
+    with pytest.raises(DataError, match=re.escape(str(broken))):
+        read_parallel(broken, broken)
