@@ -1,0 +1,158 @@
+"""Byte-level BPE tokenizers (HF `tokenizers`) that decode back to exactly the text they encoded.
+
+Byte-level pre-tokenization maps every UTF-8 byte to a symbol of a fixed 256-symbol alphabet, so
+any string, including characters never seen in training, leading or repeated spaces and tabs,
+encodes without `<unk>` and decodes to itself. (Metaspace was tried first: it drops a leading space
+and turns every character missing from the training lines into `<unk>`, which decoding deletes.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from minimt.atomic import atomic_write
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<bos>", "<eos>")  # in id order
+BYTE_ALPHABET_SIZE = 256
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
+
+JOINT_FILE = "tokenizer.json"
+SRC_FILE = "tokenizer.src.json"
+TGT_FILE = "tokenizer.tgt.json"
+
+# Bump when training changes in a way that makes cached tokenizers stale.
+_CACHE_FORMAT_VERSION = 1
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """Train a byte-level BPE tokenizer with the special tokens at ids 0-3."""
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"tokenizer.vocab_size must be at least {MIN_VOCAB_SIZE} ({len(SPECIAL_TOKENS)} "
+            f"special tokens + {BYTE_ALPHABET_SIZE} byte symbols), got {vocab_size}"
+        )
+    tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK_ID]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+@dataclass
+class TokenizerPair:
+    """Source and target BPE tokenizers; one shared object when the vocabulary is joint."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src.get_vocab_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt.get_vocab_size()
+
+    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
+        """Source token ids for each line, without special tokens."""
+        return _encode(self.src, lines)
+
+    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
+        """Target token ids for each line, without special tokens."""
+        return _encode(self.tgt, lines)
+
+    def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Target text for each id sequence; special tokens (wherever they are) are skipped."""
+        return self.tgt.decode_batch([list(seq) for seq in ids], skip_special_tokens=True)
+
+    def save(self, run_dir: str | Path) -> None:
+        """Write tokenizer.json (joint) or tokenizer.src.json and tokenizer.tgt.json (separate)."""
+        run_dir = Path(run_dir)
+        files = {JOINT_FILE: self.src} if self.joint else {SRC_FILE: self.src, TGT_FILE: self.tgt}
+        for name, tokenizer in files.items():
+            with atomic_write(run_dir / name) as tmp:
+                tokenizer.save(str(tmp))
+        # A tokenizer of the other layout left in the folder would be loaded instead of this one.
+        for stale in {JOINT_FILE, SRC_FILE, TGT_FILE} - files.keys():
+            (run_dir / stale).unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> TokenizerPair:
+        """Read the tokenizers that `save` wrote to `run_dir`."""
+        run_dir = Path(run_dir)
+        joint, src, tgt = run_dir / JOINT_FILE, run_dir / SRC_FILE, run_dir / TGT_FILE
+        if joint.is_file():
+            shared = Tokenizer.from_file(str(joint))
+            return cls(shared, shared)
+        if src.is_file() and tgt.is_file():
+            return cls(Tokenizer.from_file(str(src)), Tokenizer.from_file(str(tgt)))
+        raise FileNotFoundError(f"no tokenizer in {run_dir}: expected {joint}, or {src} and {tgt}")
+
+
+def build_tokenizers(
+    train_src: Sequence[str],
+    train_tgt: Sequence[str],
+    vocab_size: int,
+    joint: bool,
+    cache_dir: str | Path,
+) -> TokenizerPair:
+    """Train (or load from cache) the BPE tokenizers for these training lines and settings."""
+    folder = Path(cache_dir) / "tokenizers" / _cache_key(train_src, train_tgt, vocab_size, joint)
+    try:
+        pair = TokenizerPair.load(folder)
+    except FileNotFoundError:
+        pass
+    else:
+        logger.info("loaded cached tokenizers from %s", folder)
+        return pair
+
+    logger.info(
+        "training %s BPE (vocab_size=%d) on %d sentence pairs",
+        "a joint" if joint else "separate source and target",
+        vocab_size,
+        len(train_src),
+    )
+    if joint:
+        shared = train_bpe(chain(train_src, train_tgt), vocab_size)
+        pair = TokenizerPair(shared, shared)
+    else:
+        pair = TokenizerPair(train_bpe(train_src, vocab_size), train_bpe(train_tgt, vocab_size))
+    pair.save(folder)
+    logger.info("saved tokenizers to %s", folder)
+    return pair
+
+
+def _encode(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
+    return [
+        encoding.ids for encoding in tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    ]
+
+
+def _cache_key(
+    train_src: Sequence[str], train_tgt: Sequence[str], vocab_size: int, joint: bool
+) -> str:
+    """A digest of everything that determines the trained tokenizers."""
+    # JSON keeps line boundaries unambiguous: ["a b"] and ["a", "b"] hash differently.
+    settings = [list(train_src), list(train_tgt), vocab_size, joint, _CACHE_FORMAT_VERSION]
+    return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]

@@ -1,0 +1,148 @@
+"""Byte-level BPE: exact round trips, special tokens, joint or separate, save/load, cache."""
+
+import re
+
+import pytest
+
+import minimt.tokenizer
+from minimt.corpus import read_parallel
+from minimt.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    TokenizerPair,
+    build_tokenizers,
+    train_bpe,
+)
+
+TRAIN_PAIRS = 2_000
+VOCAB_SIZE = 800
+
+
+@pytest.fixture(scope="module")
+def train(multi30k_dir):
+    """The first training pairs (German, English): enough for a small BPE, quick to train on."""
+    src, tgt = read_parallel(multi30k_dir / "train.de.gz", multi30k_dir / "train.en.gz")
+    return src[:TRAIN_PAIRS], tgt[:TRAIN_PAIRS]
+
+
+@pytest.fixture(scope="module")
+def joint_pair(train, tmp_path_factory):
+    return build_tokenizers(*train, VOCAB_SIZE, joint=True, cache_dir=tmp_path_factory.mktemp("c"))
+
+
+@pytest.fixture(scope="module")
+def separate_pair(train, tmp_path_factory):
+    return build_tokenizers(*train, VOCAB_SIZE, joint=False, cache_dir=tmp_path_factory.mktemp("c"))
+
+
+@pytest.fixture(scope="module")
+def eval_lines(multi30k_dir):
+    """Every val and test_2016_flickr line, German and English (none of them seen in training)."""
+    lines = []
+    for split in ("val", "test_2016_flickr"):
+        src, tgt = read_parallel(multi30k_dir / f"{split}.de.gz", multi30k_dir / f"{split}.en.gz")
+        lines += src + tgt
+    return lines
+
+
+def test_special_token_ids(joint_pair):
+    ids = [joint_pair.src.token_to_id(token) for token in SPECIAL_TOKENS]
+    assert ids == [PAD_ID, UNK_ID, BOS_ID, EOS_ID] == [0, 1, 2, 3]
+
+
+def test_every_val_and_test_line_round_trips(joint_pair, eval_lines):
+    assert len(eval_lines) == 2 * (1_014 + 1_000)
+    decoded = joint_pair.decode_tgt(joint_pair.encode_tgt(eval_lines))
+    mismatches = [(line, out) for line, out in zip(eval_lines, decoded, strict=True) if line != out]
+    assert mismatches == []
+
+
+def test_unseen_characters_and_odd_spacing_round_trip_without_unk(joint_pair):
+    lines = [
+        " leading space",
+        "trailing space ",
+        "two  spaces\tand a tab",
+        "Zoë ☃ 😀 120\xa0cm",
+        "",
+    ]
+    ids = joint_pair.encode_tgt(lines)
+    assert all(UNK_ID not in seq for seq in ids)
+    assert joint_pair.decode_tgt(ids) == lines
+
+
+def test_encoding_adds_no_special_tokens(joint_pair, eval_lines):
+    for seq in joint_pair.encode_src(eval_lines):
+        assert seq and min(seq) >= len(SPECIAL_TOKENS)
+
+
+def test_decoding_skips_special_tokens(joint_pair):
+    text = "Ein Hund rennt durch den Schnee."
+    (ids,) = joint_pair.encode_tgt([text])
+    padded = [BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]
+    assert joint_pair.decode_tgt([padded, (BOS_ID, EOS_ID)]) == [text, ""]
+
+
+def test_joint_vocabulary_is_one_tokenizer(joint_pair):
+    assert joint_pair.joint and joint_pair.src is joint_pair.tgt
+    assert joint_pair.src_vocab_size == joint_pair.tgt_vocab_size == VOCAB_SIZE
+
+
+def test_separate_vocabularies_are_trained_per_language(separate_pair, train):
+    assert not separate_pair.joint
+    assert separate_pair.src.get_vocab() != separate_pair.tgt.get_vocab()
+    src, tgt = train
+    assert separate_pair.decode_tgt(separate_pair.encode_tgt(tgt[:50])) == tgt[:50]
+    assert separate_pair.src.decode(separate_pair.encode_src(src[:1])[0]) == src[0]
+
+
+@pytest.mark.parametrize("layout", ["joint", "separate"])
+def test_save_and_load_give_the_same_ids(request, tmp_path, eval_lines, layout):
+    pair = request.getfixturevalue(f"{layout}_pair")
+    pair.save(tmp_path)
+    loaded = TokenizerPair.load(tmp_path)
+    names = (
+        ["tokenizer.json"] if layout == "joint" else ["tokenizer.src.json", "tokenizer.tgt.json"]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    assert loaded.joint == pair.joint
+    assert loaded.encode_src(eval_lines) == pair.encode_src(eval_lines)
+    assert loaded.encode_tgt(eval_lines) == pair.encode_tgt(eval_lines)
+
+
+def test_saving_another_layout_replaces_the_old_one(tmp_path, joint_pair, separate_pair):
+    separate_pair.save(tmp_path)
+    joint_pair.save(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]
+    separate_pair.save(tmp_path)
+    assert not TokenizerPair.load(tmp_path).joint
+
+
+def test_load_from_an_empty_folder_names_the_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "tokenizer.json"))):
+        TokenizerPair.load(tmp_path)
+
+
+def test_second_build_loads_from_cache(tmp_path, train, monkeypatch):
+    src, tgt = train[0][:200], train[1][:200]
+    first = build_tokenizers(src, tgt, 300, joint=False, cache_dir=tmp_path)
+    (cached,) = (tmp_path / "tokenizers").iterdir()
+    assert sorted(p.name for p in cached.iterdir()) == ["tokenizer.src.json", "tokenizer.tgt.json"]
+
+    def no_training(texts, vocab_size):
+        raise AssertionError("trained although a cached tokenizer exists")
+
+    monkeypatch.setattr(minimt.tokenizer, "train_bpe", no_training)
+    second = build_tokenizers(src, tgt, 300, joint=False, cache_dir=tmp_path)
+    assert second.encode_tgt(tgt) == first.encode_tgt(tgt)
+    for changed in [(src, tgt, 301, False), (src, tgt, 300, True), (src[1:], tgt[1:], 300, False)]:
+        with pytest.raises(AssertionError, match="trained"):
+            build_tokenizers(*changed, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("vocab_size", [4, 259])
+def test_too_small_vocabulary_is_rejected(vocab_size):
+    with pytest.raises(ValueError, match="tokenizer.vocab_size"):
+        train_bpe(["a b c"], vocab_size)
