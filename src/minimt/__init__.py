@@ -1,0 +1,6 @@
+"""minimt: a minimal Transformer machine-translation project for studying embedding choices."""
+
+from minimt.embedding import Seq2SeqEmbedding
+from minimt.model import Transformer
+
+__all__ = ["Seq2SeqEmbedding", "Transformer"]

@@ -1,0 +1,223 @@
+"""Encoder-decoder Transformer (Vaswani et al., 2017), pre-LN by default, tied output layer."""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from minimt.embedding import Seq2SeqEmbedding
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """(B, S) ids -> (B, 1, 1, S) bool, True where the key is a real token (may be attended)."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:
+    """(n, n) bool, True on and below the diagonal: query i may attend to keys 0..i."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Scaled dot-product attention: q (B, h, T, d_k), k and v (B, h, S, d_k) -> (B, h, T, d_k).
+
+    mask is boolean and broadcasts to (B, h, T, S), True = may attend.
+    """
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+    )
+
+
+class MultiHeadAttention(nn.Module):
+    """Projects queries from x and keys/values from context, attends per head, projects back."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self, x: Tensor, context: Tensor, mask: Tensor | None = None, is_causal: bool = False
+    ) -> Tensor:
+        """x (B, T, d_model), context (B, S, d_model) -> (B, T, d_model)."""
+        q = self._split_heads(self.q_proj(x))  # (B, h, T, d_k)
+        k = self._split_heads(self.k_proj(context))  # (B, h, S, d_k)
+        v = self._split_heads(self.v_proj(context))  # (B, h, S, d_k)
+        dropout_p = self.dropout if self.training else 0.0
+        out = attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p)  # (B, h, T, d_k)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, d_model) -> (B, h, L, d_k)."""
+        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: max(0, x W1 + b1) W2 + b2."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, L, d_model) -> (B, L, d_model)."""
+        return self.w2(F.relu(self.w1(x)))
+
+
+class Residual(nn.Module):
+    """Residual connection around a sublayer, with dropout and LayerNorm before or after it."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """(B, L, d_model) -> (B, L, d_model)."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.attn_residual = Residual(d_model, dropout, norm_first)
+        self.ffn_residual = Residual(d_model, dropout, norm_first)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x (B, S, d_model), src_mask (B, 1, 1, S) -> (B, S, d_model)."""
+        x = self.attn_residual(x, lambda h: self.self_attn(h, h, src_mask))
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.self_attn_residual = Residual(d_model, dropout, norm_first)
+        self.cross_attn_residual = Residual(d_model, dropout, norm_first)
+        self.ffn_residual = Residual(d_model, dropout, norm_first)
+
+    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
+
+        Self-attention is causal only: with right padding, real positions never see the target
+        pads that follow them, so no target padding mask is needed.
+        """
+        y = self.self_attn_residual(y, lambda h: self.self_attn(h, h, is_causal=True))
+        y = self.cross_attn_residual(y, lambda h: self.cross_attn(h, memory, src_mask))
+        return self.ffn_residual(y, self.ffn)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer whose output projection is the target embedding matrix."""
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        *,
+        d_model: int = 256,
+        n_heads: int = 4,
+        n_encoder_layers: int = 3,
+        n_decoder_layers: int = 3,
+        d_ff: int = 1024,
+        dropout: float = 0.1,
+        max_seq_len: int = 256,
+        pad_id: int = 0,
+        pos_encoding: str = "sinusoidal",
+        scale_embedding: bool = True,
+        share_embeddings: bool = True,
+        norm_first: bool = True,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embedding = Seq2SeqEmbedding(
+            src_vocab_size,
+            tgt_vocab_size,
+            d_model,
+            max_seq_len=max_seq_len,
+            dropout=dropout,
+            src_padding_idx=pad_id,
+            tgt_padding_idx=pad_id,
+            pos_encoding=pos_encoding,
+            scale_embedding=scale_embedding,
+            share_embeddings=share_embeddings,
+        )
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_decoder_layers)
+        )
+        # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self._init_linear_layers()
+
+    @property
+    def max_seq_len(self) -> int:
+        """Longest source or target (including <bos>) the positional encoding accepts."""
+        return self.embedding.max_seq_len
+
+    def encode(self, src: Tensor) -> Tensor:
+        """(B, S) source ids -> memory (B, S, d_model)."""
+        src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
+        x = self.embedding.encode_source(src)  # (B, S, d_model)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        """(B, T) target ids, memory (B, S, d_model), (B, S) src -> hidden (B, T, d_model).
+
+        src is only read for its padding mask.
+        """
+        src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
+        y = self.embedding.encode_target(tgt_in)  # (B, T, d_model)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, src_mask)
+        return self.decoder_norm(y)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """(B, T, d_model) -> logits (B, T, tgt_vocab), through the target embedding matrix."""
+        return F.linear(hidden, self.embedding.tgt_token_weight)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S) src, (B, T) tgt_in -> logits (B, T, tgt_vocab)."""
+        return self.project(self.decode(tgt_in, self.encode(src), src))
+
+    def num_parameters(self) -> int:
+        """Trainable and frozen parameters, a shared matrix counted once."""
+        return sum(p.numel() for p in self.parameters())  # parameters() yields shared ones once
+
+    def _init_linear_layers(self) -> None:
+        # Embedding tables keep Seq2SeqEmbedding's init; only the layers' projections are set here.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)

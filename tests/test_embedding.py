@@ -1,0 +1,173 @@
+import math
+
+import pytest
+import torch
+
+from minimt.embedding import Seq2SeqEmbedding, sinusoidal_table
+
+
+def make_embedding(**overrides) -> Seq2SeqEmbedding:
+    torch.manual_seed(0)
+    args = dict(src_vocab_size=30, tgt_vocab_size=40, d_model=16, max_seq_len=32, dropout=0.0)
+    return Seq2SeqEmbedding(**(args | overrides)).eval()
+
+
+def random_ids(vocab_size: int, shape: tuple[int, ...], seed: int = 1) -> torch.Tensor:
+    return torch.randint(1, vocab_size, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def closed_form_pe(pos: int, dim: int, d_model: int) -> float:
+    angle = pos / 10000 ** ((dim - dim % 2) / d_model)
+    return math.sin(angle) if dim % 2 == 0 else math.cos(angle)
+
+
+@pytest.mark.parametrize("d_model", [16, 7])
+def test_sinusoidal_table_matches_closed_form(d_model):
+    table = sinusoidal_table(60, d_model)
+    assert table.shape == (60, d_model)
+    for pos in [0, 1, 2, 7, 59]:
+        for dim in sorted({0, 1, 2, 3, 5, d_model - 2, d_model - 1}):
+            expected = closed_form_pe(pos, dim, d_model)
+            assert table[pos, dim].item() == pytest.approx(expected, abs=1e-6), (pos, dim)
+
+
+def test_sinusoidal_table_layout_and_base():
+    table = sinusoidal_table(10, 8)
+    assert torch.equal(table[0, 0::2], torch.zeros(4))  # sin(0)
+    assert torch.equal(table[0, 1::2], torch.ones(4))  # cos(0)
+    # Base 10000, not 1000: dims (2, 3) of position 1 use 1 / 10000^(2/8) = 0.1.
+    assert table[1, 2].item() == pytest.approx(math.sin(0.1), abs=1e-7)
+    assert table[1, 3].item() == pytest.approx(math.cos(0.1), abs=1e-7)
+    assert table[1:].abs().sum() > 1.0
+
+
+def test_odd_d_model_last_column_is_sine():
+    d_model = 5
+    table = sinusoidal_table(20, d_model)
+    angle = 13 / 10000 ** (4 / d_model)
+    assert table[13, 4].item() == pytest.approx(math.sin(angle), abs=1e-6)
+    embedding = make_embedding(d_model=d_model)
+    assert embedding.encode_source(random_ids(30, (2, 6))).shape == (2, 6, d_model)
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_output_is_scaled_lookup_plus_pe_exactly(side):
+    embedding = make_embedding()
+    tokens = embedding.src_tokens if side == "source" else embedding.tgt_tokens
+    encode = embedding.encode_source if side == "source" else embedding.encode_target
+    ids = random_ids(30, (3, 9))
+    scaled_lookup = tokens.weight[ids] * math.sqrt(16)
+    pe = sinusoidal_table(32, 16)[:9]
+    out = encode(ids)
+    assert torch.equal(out, scaled_lookup + pe)
+    assert torch.allclose(out - pe, scaled_lookup, atol=1e-6)
+
+
+def test_scale_off_adds_pe_to_plain_lookup():
+    embedding = make_embedding(scale_embedding=False)
+    ids = random_ids(30, (2, 5))
+    out = embedding.encode_source(ids)
+    assert torch.allclose(out - sinusoidal_table(32, 16)[:5], embedding.src_tokens.weight[ids])
+
+
+def test_learned_positions_are_added_after_scaling():
+    embedding = make_embedding(pos_encoding="learned")
+    ids = random_ids(30, (2, 5))
+    scaled_lookup = embedding.src_tokens.weight[ids] * 4.0
+    positions = embedding.encode_source(ids) - scaled_lookup  # (B, S, d_model)
+    assert torch.allclose(positions[0], positions[1], atol=1e-6)  # the same rows for every sentence
+    assert 0.01 < positions[0].std() < 0.04  # init N(0, 0.02), unscaled
+
+
+def test_dropout_is_applied_last_to_the_sum():
+    embedding = make_embedding(dropout=0.5).train()
+    ids = random_ids(30, (4, 10))
+    expected = embedding.src_tokens.weight[ids] * 4.0 + sinusoidal_table(32, 16)[:10]
+    out = embedding.encode_source(ids)
+    kept = out != 0
+    assert 0 < kept.sum() < out.numel()
+    assert torch.allclose(out[kept], expected[kept] * 2.0, atol=1e-6)
+
+
+def test_padding_rows_zero_at_init_and_get_no_gradient():
+    embedding = make_embedding(src_padding_idx=0, tgt_padding_idx=1)
+    assert torch.equal(embedding.src_tokens.weight[0], torch.zeros(16))
+    assert torch.equal(embedding.tgt_tokens.weight[1], torch.zeros(16))
+    src = torch.tensor([[3, 4, 0, 0]])
+    tgt = torch.tensor([[5, 6, 1, 1]])
+    (embedding.encode_source(src).sum() + embedding.encode_target(tgt).pow(2).sum()).backward()
+    assert torch.equal(embedding.src_tokens.weight.grad[0], torch.zeros(16))
+    assert torch.equal(embedding.tgt_tokens.weight.grad[1], torch.zeros(16))
+    assert embedding.src_tokens.weight.grad[3].abs().sum() > 0
+
+
+def test_parameter_counts_and_state_dict():
+    tables = 30 * 16 + 40 * 16
+    sinusoidal = make_embedding()
+    assert sum(p.numel() for p in sinusoidal.parameters()) == tables
+    assert set(sinusoidal.state_dict()) == {"src_tokens.weight", "tgt_tokens.weight"}
+    learned = make_embedding(pos_encoding="learned")
+    assert sum(p.numel() for p in learned.parameters()) == tables + 32 * 16
+
+
+def test_sinusoidal_checkpoint_loads_with_another_max_seq_len():
+    short = make_embedding(max_seq_len=16)
+    long = make_embedding(max_seq_len=64)
+    long.load_state_dict(short.state_dict())
+    assert long.encode_source(random_ids(30, (1, 40))).shape == (1, 40, 16)
+
+
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+def test_too_long_sequence_is_a_readable_error(pos_encoding):
+    embedding = make_embedding(max_seq_len=10, pos_encoding=pos_encoding)
+    with pytest.raises(ValueError, match=r"13 positions.*max_seq_len=10"):
+        embedding.encode_source(random_ids(30, (1, 13)))
+    with pytest.raises(ValueError, match=r"13 positions.*max_seq_len=10"):
+        embedding.encode_target(random_ids(40, (1, 4)), offset=9)
+    assert embedding.encode_target(random_ids(40, (1, 4)), offset=6).shape == (1, 4, 16)
+
+
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+def test_offset_embeds_a_token_at_its_true_position(pos_encoding):
+    embedding = make_embedding(pos_encoding=pos_encoding)
+    ids = random_ids(40, (2, 7))
+    full = embedding.encode_target(ids)
+    for t in range(7):
+        assert torch.equal(embedding.encode_target(ids[:, t : t + 1], offset=t)[:, 0], full[:, t])
+
+
+def test_share_embeddings_ties_by_identity():
+    embedding = make_embedding(tgt_vocab_size=30, share_embeddings=True)
+    assert embedding.tgt_tokens is embedding.src_tokens
+    assert embedding.tgt_token_weight is embedding.src_tokens.weight
+    assert sum(p.numel() for p in embedding.parameters()) == 30 * 16
+
+
+def test_share_embeddings_needs_one_vocabulary():
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        make_embedding(src_vocab_size=30, tgt_vocab_size=40, share_embeddings=True)
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        make_embedding(tgt_vocab_size=30, tgt_padding_idx=1, share_embeddings=True)
+
+
+def test_untied_tables_are_distinct():
+    embedding = make_embedding()
+    assert embedding.tgt_tokens is not embedding.src_tokens
+    assert embedding.tgt_token_weight is embedding.tgt_tokens.weight
+
+
+def test_unknown_pos_encoding_names_the_choices():
+    with pytest.raises(ValueError, match=r"learned.*sinusoidal.*'rotary'"):
+        make_embedding(pos_encoding="rotary")
+
+
+def test_scaled_output_has_unit_scale():
+    embedding = make_embedding(src_vocab_size=500, d_model=64, max_seq_len=64)
+    ids = random_ids(500, (16, 64))
+    out = embedding.encode_source(ids)
+    token_part = out - sinusoidal_table(64, 64)
+    assert 0.9 < token_part.std() < 1.1
+    assert 0.9 < out.std() < 1.5  # PE adds variance 1/2 per element on average
+
+    unscaled = make_embedding(src_vocab_size=500, d_model=64, scale_embedding=False)
+    assert 0.1 < unscaled.encode_source(ids[:, :32]).sub(sinusoidal_table(32, 64)).std() < 0.15

@@ -1,0 +1,256 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minimt.model import Transformer, attention, causal_mask, padding_mask
+
+PAD = 0
+VOCAB = 24
+MAX_SEQ_LEN = 72
+
+
+def make_model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    args = dict(
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_seq_len=MAX_SEQ_LEN,
+        pad_id=PAD,
+    )
+    return Transformer(VOCAB, VOCAB, **(args | overrides)).eval()
+
+
+def random_ids(shape: tuple[int, ...], seed: int = 1) -> torch.Tensor:
+    return torch.randint(1, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """src (2, 7), tgt_in (2, 6), tgt_out (2, 6); the second sentence of each is right-padded."""
+    src = random_ids((2, 7), seed=1)
+    src[1, 4:] = PAD
+    tgt = random_ids((2, 7), seed=2)
+    tgt[1, 5:] = PAD
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def loss_of(model: Transformer, src, tgt_in, tgt_out) -> torch.Tensor:
+    logits = model(src, tgt_in)
+    return F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
+
+
+def assert_tied(model: Transformer) -> None:
+    embedding = model.embedding
+    assert embedding.tgt_tokens is embedding.src_tokens
+    shared = embedding.src_tokens.weight
+    assert embedding.tgt_token_weight is shared
+    assert sum(p is shared for p in model.parameters()) == 1
+
+
+CONFIGS = [
+    dict(),
+    dict(norm_first=False),
+    dict(pos_encoding="learned"),
+    dict(scale_embedding=False, share_embeddings=False),
+]
+
+
+def test_padding_mask_polarity():
+    mask = padding_mask(torch.tensor([[5, 6, 0], [0, 7, 0]]), pad_id=0)
+    assert mask.dtype == torch.bool
+    assert mask.shape == (2, 1, 1, 3)
+    assert mask[:, 0, 0].tolist() == [[True, True, False], [False, True, False]]
+
+
+def test_causal_mask_polarity_and_is_causal_agree():
+    mask = causal_mask(3)
+    assert mask.dtype == torch.bool
+    assert mask.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    q, k, v = torch.randn(3, 1, 2, 5, 4).unbind(0)
+    assert torch.allclose(attention(q, k, v, causal_mask(5)), attention(q, k, v, is_causal=True))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_builds_and_gives_finite_logits(config):
+    model = make_model(**config)
+    src, tgt_in, _ = padded_batch()
+    logits = model(src, tgt_in)
+    assert logits.shape == (2, 6, VOCAB)
+    assert torch.isfinite(logits).all()
+
+
+def test_post_ln_has_no_final_norm_and_differs_from_pre_ln():
+    src, tgt_in, _ = padded_batch()
+    pre, post = make_model(), make_model(norm_first=False)
+    assert not isinstance(post.encoder_norm, torch.nn.LayerNorm)
+    assert not torch.allclose(pre(src, tgt_in), post(src, tgt_in))
+
+
+def test_output_projection_is_the_target_embedding():
+    model = make_model(share_embeddings=False)
+    hidden = torch.randn(2, 3, 16)
+    assert torch.equal(model.project(hidden), hidden @ model.embedding.tgt_tokens.weight.T)
+    assert model.embedding.tgt_token_weight is not model.embedding.src_tokens.weight
+
+
+def test_three_way_tying_is_one_parameter_counted_once():
+    tied = make_model()
+    assert_tied(tied)
+    untied = make_model(share_embeddings=False)
+    assert untied.num_parameters() - tied.num_parameters() == VOCAB * 16
+    unique = {p.data_ptr(): p.numel() for p in tied.state_dict().values()}
+    assert tied.num_parameters() == sum(unique.values())
+
+
+def test_tying_survives_to():
+    model = make_model()
+    model.to("cpu")
+    assert_tied(model)
+    model.to(torch.float64)
+    assert_tied(model)
+    assert model.embedding.src_tokens.weight.dtype == torch.float64
+    src, tgt_in, _ = padded_batch()
+    assert model(src, tgt_in).dtype == torch.float64
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign):
+    model = make_model()
+    batch = padded_batch()
+    with torch.no_grad():
+        loss_before = loss_of(model, *batch)
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+
+    fresh = make_model(seed=123)
+    with torch.no_grad():
+        assert not torch.equal(loss_of(fresh, *batch), loss_before)
+        fresh.load_state_dict(torch.load(tmp_path / "model.pt"), assign=assign)
+        assert_tied(fresh)
+        assert torch.equal(loss_of(fresh, *batch), loss_before)
+
+
+def test_optimizer_step_keeps_tables_tied():
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_of(model, *padded_batch()).backward()
+    optimizer.step()
+    assert_tied(model)
+
+
+def test_shared_matrix_gets_gradient_from_embedding_and_projection():
+    model = make_model()
+    shared = model.embedding.tgt_token_weight
+    src = torch.tensor([[3, 4, 5]])  # rows used only by the source lookup
+    tgt_in = torch.tensor([[6, 7]])  # rows used only by the target lookup
+    tgt_out = torch.tensor([[8, 9]])
+
+    def shared_grad(logits: torch.Tensor) -> torch.Tensor:
+        shared.grad = None
+        F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten()).backward()
+        return shared.grad.clone()
+
+    def hidden() -> torch.Tensor:
+        return model.decode(tgt_in, model.encode(src), src)
+
+    full = shared_grad(model(src, tgt_in))
+    from_lookups = shared_grad(F.linear(hidden(), shared.detach()))
+    from_projection = shared_grad(F.linear(hidden().detach(), shared))
+    assert torch.allclose(full, from_lookups + from_projection, atol=1e-6)
+
+    used_as_input = [3, 4, 5, 6, 7]
+    unused = [i for i in range(VOCAB) if i not in used_as_input]
+    assert (from_lookups[used_as_input].abs().sum(dim=1) > 0).all()
+    assert torch.equal(from_lookups[unused], torch.zeros(len(unused), 16))
+    assert (from_projection.abs().sum(dim=1) > 0).all()  # every row is an output class
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_decoder_is_causal(config):
+    model = make_model(**config)
+    src, tgt_in, _ = padded_batch()
+    logits = model(src, tgt_in)
+    for t in range(tgt_in.size(1) - 1):
+        changed = tgt_in.clone()
+        changed[:, t + 1 :] = (changed[:, t + 1 :] % (VOCAB - 1)) + 1
+        assert torch.equal(model(src, changed)[:, : t + 1], logits[:, : t + 1]), t
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_appending_padding_leaves_real_logits_unchanged(config):
+    model = make_model(**config)
+    src, tgt_in, _ = padded_batch()
+    logits = model(src, tgt_in)
+    src_padded = F.pad(src, (0, 5), value=PAD)
+    tgt_padded = F.pad(tgt_in, (0, 4), value=PAD)
+    assert torch.allclose(model(src_padded, tgt_in), logits, atol=1e-5)
+    assert torch.allclose(model(src_padded, tgt_padded)[:, :6], logits, atol=1e-5)
+
+
+def test_content_at_padded_source_positions_is_ignored():
+    model = make_model()
+    src, tgt_in, _ = padded_batch()
+    logits = model(src, tgt_in)
+    memory = model.encode(src)
+    # Cross-attention: garbage in memory at padded positions never reaches the decoder.
+    garbage_memory = memory.clone()
+    garbage_memory[1, 4:] = torch.randn(3, 16) * 100
+    assert torch.equal(model.project(model.decode(tgt_in, garbage_memory, src)), logits)
+    # Encoder self-attention: whatever vector the pad id embeds to, real positions ignore it.
+    with torch.no_grad():
+        model.embedding.src_tokens.weight[PAD] = torch.randn(16) * 100
+    new_memory = model.encode(src)
+    assert not torch.equal(new_memory[1, 4:], memory[1, 4:])
+    assert torch.equal(new_memory[1, :4], memory[1, :4])
+    # Tied, the pad row also embeds target pads and weighs the pad logit: compare the rest.
+    real = tgt_in != PAD
+    assert torch.equal(model(src, tgt_in)[real][:, PAD + 1 :], logits[real][:, PAD + 1 :])
+
+
+def test_one_token_sentence_padded_to_64_is_finite_with_finite_gradients():
+    model = make_model().train()
+    src = F.pad(torch.tensor([[5]]), (0, 63), value=PAD)
+    tgt = F.pad(torch.tensor([[1, 5, 2]]), (0, 61), value=PAD)
+    loss = loss_of(model, src, tgt[:, :-1], tgt[:, 1:])
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_train_mode_without_dropout_equals_eval_mode(config):
+    model = make_model(**config)
+    src, tgt_in, _ = padded_batch()
+    eval_logits = model(src, tgt_in)
+    assert torch.equal(model.train()(src, tgt_in), eval_logits)
+
+
+def test_dropout_makes_train_mode_stochastic():
+    model = make_model(dropout=0.3).train()
+    src, tgt_in, _ = padded_batch()
+    assert not torch.equal(model(src, tgt_in), model(src, tgt_in))
+    model.eval()
+    assert torch.equal(model(src, tgt_in), model(src, tgt_in))
+
+
+def test_bf16_autocast_forward_on_padded_batch_is_finite():
+    model = make_model()
+    src, tgt_in, _ = padded_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(src, tgt_in)
+    assert logits.dtype == torch.bfloat16
+    assert torch.isfinite(logits).all()
+
+
+def test_heads_must_divide_d_model():
+    with pytest.raises(ValueError, match="n_heads=3"):
+        make_model(n_heads=3)
+
+
+def test_max_seq_len_is_the_embedding_limit():
+    model = make_model(max_seq_len=8)
+    assert model.max_seq_len == 8
+    with pytest.raises(ValueError, match="max_seq_len=8"):
+        model.encode(random_ids((1, 9)))
