@@ -1,0 +1,127 @@
+"""Checks a composed Hydra config before any work starts, with messages that name the key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from minimt.embedding import POSITIONAL_ENCODINGS
+from minimt.tokenizer import MIN_VOCAB_SIZE
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and the allowed values."""
+
+
+Rule = Callable[[object], str | None]
+
+
+def one_of(*choices: str) -> Rule:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+def boolean(v: object) -> str | None:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
+def at_least(minimum: int) -> Rule:
+    def rule(v: object) -> str | None:
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+        return None if ok else f"must be an integer >= {minimum}"
+
+    return rule
+
+
+positive_int = at_least(1)
+
+
+def optional_positive_int(v: object) -> str | None:
+    return None if v is None else positive_int(v)
+
+
+def positive_number(v: object) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    return None if ok else "must be a positive number"
+
+
+def non_negative_number(v: object) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+    return None if ok else "must be a number >= 0"
+
+
+def probability(v: object) -> str | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1
+    return None if ok else "must be a number in [0, 1)"
+
+
+RULES: dict[str, Rule] = {
+    "pe.name": one_of(*POSITIONAL_ENCODINGS),
+    "embedding.scale": boolean,
+    "embedding.share": boolean,
+    "tokenizer.joint": boolean,
+    # byte-level BPE: 4 special tokens + 256 byte symbols before any merge
+    "tokenizer.vocab_size": at_least(MIN_VOCAB_SIZE),
+    "model.d_model": positive_int,
+    "model.n_heads": positive_int,
+    "model.n_encoder_layers": positive_int,
+    "model.n_decoder_layers": positive_int,
+    "model.d_ff": positive_int,
+    "model.dropout": probability,
+    "model.max_seq_len": positive_int,
+    "model.norm_first": boolean,
+    "data.max_train_len": positive_int,
+    "data.max_train_pairs": optional_positive_int,
+    "data.max_val_pairs": optional_positive_int,
+    "trainer.device": one_of("auto", "cpu", "cuda"),
+    "trainer.precision": one_of("auto", "bf16", "fp32"),
+    "trainer.seed": lambda v: None if isinstance(v, int) else "must be an integer",
+    "trainer.lr": positive_number,
+    "trainer.warmup_steps": positive_int,
+    "trainer.weight_decay": non_negative_number,
+    "trainer.label_smoothing": probability,
+    "trainer.clip_grad_norm": non_negative_number,
+    "trainer.batch_tokens": positive_int,
+    "trainer.max_steps": positive_int,
+    "trainer.max_epochs": positive_int,
+    "trainer.max_minutes": positive_number,
+    "trainer.val_every": positive_int,
+    "trainer.log_every": positive_int,
+    "trainer.num_threads": optional_positive_int,
+    "decoding.max_len_a": non_negative_number,
+    "decoding.max_len_b": positive_int,
+}
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Raise ConfigError listing every bad value in `cfg` (all at once, so one fix-up round)."""
+    problems = []
+    for key, rule in RULES.items():
+        value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        problem = rule(value)
+        if problem:
+            problems.append(f"{key}={value!r} {problem}")
+    if not problems:  # the checks across keys need each key's own value to be sound
+        problems = _cross_key_problems(cfg)
+    if problems:
+        raise ConfigError("bad config value(s):\n  " + "\n  ".join(problems))
+
+
+def _cross_key_problems(cfg: DictConfig) -> list[str]:
+    problems = []
+    if cfg.embedding.share and not cfg.tokenizer.joint:
+        problems.append(
+            "embedding.share=true needs tokenizer.joint=true: tying source, target and output "
+            "tables needs one vocabulary (or set embedding.share=false)"
+        )
+    if cfg.model.d_model % cfg.model.n_heads:
+        problems.append(
+            f"model.d_model={cfg.model.d_model} must be divisible by "
+            f"model.n_heads={cfg.model.n_heads}"
+        )
+    if cfg.data.max_train_len + 1 > cfg.model.max_seq_len:
+        problems.append(
+            f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
+            f"{cfg.data.max_train_len + 1} (room for <bos>/<eos>), got {cfg.model.max_seq_len}"
+        )
+    return problems

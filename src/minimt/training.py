@@ -1,0 +1,377 @@
+"""The training run: data and tokenizer set-up, the loop, validation, checkpoints, final test."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from minimt.checkpoint import load_checkpoint, save_checkpoint, save_json
+from minimt.config import validate_config
+from minimt.corpus import load_multi30k, read_parallel
+from minimt.data import Batch, BatchedPairs, filter_training_pairs, tokenize_pairs
+from minimt.metrics import CorpusScores, corpus_scores
+from minimt.model import Transformer
+from minimt.tokenizer import PAD_ID, TokenizerPair, build_tokenizers
+from minimt.translator import translate_lines
+
+log = logging.getLogger(__name__)
+
+Pairs = tuple[list[str], list[str]]
+
+
+@dataclass
+class TextSplits:
+    """Raw (source lines, target lines) for training, validation and each named test set."""
+
+    train: Pairs
+    val: Pairs
+    tests: dict[str, Pairs]
+
+
+@dataclass
+class TrainState:
+    """Everything about the run's progress that is not a tensor."""
+
+    step: int = 0
+    epoch: int = 0
+    tgt_tokens: int = 0
+    train_seconds: float = 0.0
+    best_val_bleu: float = -1.0
+    best_step: int = 0
+    val_history: list[dict[str, float]] = field(default_factory=list)
+
+
+def load_text_splits(data: DictConfig) -> TextSplits:
+    """Read the corpus that `data` names (Multi30k or any parallel text), limited as configured."""
+    if data.name == "multi30k":
+        names = ["train", "val", *data.test_sets]
+        splits = load_multi30k(data.url, data.dir, data.src_lang, data.tgt_lang, names)
+        tests = {name: splits[name] for name in data.test_sets}
+        train, val = splits["train"], splits["val"]
+    else:
+        train = read_parallel(data.train.src, data.train.tgt)
+        val = read_parallel(data.val.src, data.val.tgt)
+        tests = {"test": read_parallel(data.test.src, data.test.tgt)}
+    return TextSplits(
+        train=_first(train, data.max_train_pairs), val=_first(val, data.max_val_pairs), tests=tests
+    )
+
+
+def _first(pairs: Pairs, n: int | None) -> Pairs:
+    return pairs if n is None else (pairs[0][:n], pairs[1][:n])
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "trainer.device=cuda but no CUDA device is available; use trainer.device=cpu"
+        )
+    return torch.device(name)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """ "auto" becomes bf16 where the device has fast bf16 matrix units, else fp32."""
+    if precision == "auto":
+        return "bf16" if bf16_supported(device) else "fp32"
+    return precision
+
+
+def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
+    """The model a config describes; the one place where config becomes a model."""
+    m = cfg.model
+    return Transformer(
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=m.d_model,
+        n_heads=m.n_heads,
+        n_encoder_layers=m.n_encoder_layers,
+        n_decoder_layers=m.n_decoder_layers,
+        d_ff=m.d_ff,
+        dropout=m.dropout,
+        max_seq_len=m.max_seq_len,
+        pad_id=PAD_ID,
+        pos_encoding=cfg.pe.name,
+        scale_embedding=cfg.embedding.scale,
+        share_embeddings=cfg.embedding.share,
+        norm_first=m.norm_first,
+    )
+
+
+def load_model(run_dir: str | Path, checkpoint: str = "best") -> tuple[Transformer, TokenizerPair]:
+    """Rebuild a trained model and its tokenizers from a run directory alone."""
+    run_dir = Path(run_dir)
+    saved = load_checkpoint(run_dir / "checkpoints" / f"{checkpoint}.pt")
+    tokenizers = TokenizerPair.load(run_dir)
+    cfg = OmegaConf.create(saved["config"])
+    model = build_model(cfg, tokenizers.src_vocab_size, tokenizers.tgt_vocab_size)
+    model.load_state_dict(saved["model"])
+    return model, tokenizers
+
+
+def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
+    """LR factor for update number step+1: linear warmup to 1, then sqrt(warmup / updates)."""
+    updates = step + 1
+    return min(updates / warmup_steps, math.sqrt(warmup_steps / updates))
+
+
+def train_step(
+    model: Transformer,
+    batch: Batch,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    autocast: torch.autocast,
+    trainer: DictConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One update; returns (label-smoothed loss per target token, grad norm) as tensors."""
+    model.train()
+    with autocast:
+        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        batch.tgt_out.flatten(),
+        ignore_index=PAD_ID,
+        label_smoothing=trainer.label_smoothing,
+    )
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    max_norm = trainer.clip_grad_norm or math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach(), grad_norm
+
+
+@torch.no_grad()
+def validation_nll(model: Transformer, batches: BatchedPairs, autocast: torch.autocast) -> float:
+    """Mean negative log-likelihood per target token (no label smoothing): exp() is perplexity."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = torch.zeros((), device=device), 0
+    for batch in batches.iterate():
+        batch = batch.to(device)
+        with autocast:
+            logits = model(batch.src, batch.tgt_in)
+        total += F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD_ID,
+            reduction="sum",
+        )
+        count += batch.num_tgt_tokens
+    return total.item() / count
+
+
+def score(
+    model: Transformer, tokenizers: TokenizerPair, pairs: Pairs, cfg: DictConfig, autocast
+) -> tuple[CorpusScores, list[str]]:
+    """Greedy-translate the source side of `pairs` and score it against the raw references."""
+    with autocast:
+        hyps = translate_lines(
+            model,
+            tokenizers,
+            pairs[0],
+            batch_tokens=cfg.trainer.batch_tokens,
+            max_len_a=cfg.decoding.max_len_a,
+            max_len_b=cfg.decoding.max_len_b,
+        )
+    return corpus_scores(hyps, pairs[1]), hyps
+
+
+def checkpoint_dict(model, optimizer, scheduler, state: TrainState, cfg: DictConfig) -> dict:
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "state": asdict(state),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict:
+    """Train the configured model in `run_dir`, score the best checkpoint on the test sets.
+
+    Returns the metrics also written to run_dir/metrics.json.
+    """
+    validate_config(cfg)
+    run_dir = Path(run_dir)
+    trainer = cfg.trainer
+    random.seed(trainer.seed)
+    torch.manual_seed(trainer.seed)
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    device = pick_device(trainer.device)
+    precision = resolve_precision(trainer.precision, device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    splits = load_text_splits(cfg.data)
+    tokenizers = build_tokenizers(
+        *splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
+    )
+    tokenizers.save(run_dir)
+    train_pairs = filter_training_pairs(
+        tokenize_pairs(tokenizers, *splits.train), cfg.data.max_train_len
+    )
+    train_batches = BatchedPairs(train_pairs, trainer.batch_tokens, seed=trainer.seed)
+    val_batches = BatchedPairs(tokenize_pairs(tokenizers, *splits.val), trainer.batch_tokens)
+
+    model = build_model(cfg, tokenizers.src_vocab_size, tokenizers.tgt_vocab_size).to(device)
+    log.info(
+        "model: %s parameters, device %s, precision %s",
+        f"{model.num_parameters():,}",
+        device,
+        precision,
+    )
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=trainer.lr,
+        betas=tuple(trainer.betas),
+        weight_decay=trainer.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: inverse_sqrt_lr(step, trainer.warmup_steps)
+    )
+    writer = SummaryWriter(run_dir)
+    state = TrainState()
+    ckpt_dir = run_dir / "checkpoints"
+
+    def validate() -> None:
+        nll = validation_nll(model, val_batches, autocast)
+        scores, _ = score(model, tokenizers, splits.val, cfg, autocast)
+        state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
+        for name, value in (
+            ("loss", nll),
+            ("ppl", math.exp(min(nll, 50))),
+            ("bleu", scores.bleu),
+            ("chrf", scores.chrf),
+        ):
+            writer.add_scalar(f"val/{name}", value, state.step)
+        log.info(
+            "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
+            state.step,
+            nll,
+            scores.bleu,
+            scores.chrf,
+        )
+        if scores.bleu > state.best_val_bleu:
+            state.best_val_bleu, state.best_step = scores.bleu, state.step
+            save_checkpoint(
+                ckpt_dir / "best.pt",
+                {
+                    "model": model.state_dict(),
+                    "state": asdict(state),
+                    "config": OmegaConf.to_container(cfg, resolve=True),
+                },
+            )
+        save_checkpoint(
+            ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg)
+        )
+
+    start = time.monotonic()
+    deadline = start + trainer.max_minutes * 60
+    window_loss, window_tokens, window_start = torch.zeros(()), 0, time.monotonic()
+    progress = tqdm(total=trainer.max_steps, disable=None, dynamic_ncols=True, desc="train")
+    done = False
+    while not done and state.epoch < trainer.max_epochs:
+        for batch in train_batches.iterate(state.epoch):
+            n_tokens = batch.num_tgt_tokens
+            loss, grad_norm = train_step(
+                model, batch.to(device), optimizer, scheduler, autocast, trainer
+            )
+            state.step += 1
+            state.tgt_tokens += n_tokens
+            window_loss += loss.cpu() * n_tokens
+            window_tokens += n_tokens
+            progress.update()
+            done = state.step >= trainer.max_steps or time.monotonic() >= deadline
+            if state.step % trainer.log_every == 0 or done:
+                mean_loss = window_loss.item() / window_tokens
+                if not math.isfinite(mean_loss):
+                    raise FloatingPointError(
+                        f"training loss is {mean_loss} at step {state.step}: lower trainer.lr or "
+                        f"use trainer.precision=fp32; the best checkpoint so far is in {ckpt_dir}"
+                    )
+                tokens_per_sec = window_tokens / (time.monotonic() - window_start)
+                lr = scheduler.get_last_lr()[0]
+                for name, value in (
+                    ("loss", mean_loss),
+                    ("lr", lr),
+                    ("grad_norm", grad_norm.item()),
+                    ("tokens_per_sec", tokens_per_sec),
+                ):
+                    writer.add_scalar(f"train/{name}", value, state.step)
+                progress.set_postfix(
+                    loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}"
+                )
+                log.info(
+                    "step %d | epoch %d | loss %.3f | lr %.2e | grad norm %.2f | %.0f tgt tok/s",
+                    state.step,
+                    state.epoch + 1,
+                    mean_loss,
+                    lr,
+                    grad_norm.item(),
+                    tokens_per_sec,
+                )
+                window_loss, window_tokens, window_start = torch.zeros(()), 0, time.monotonic()
+            if state.step % trainer.val_every == 0 or done:
+                validate()
+            if done:
+                break
+        else:
+            state.epoch += 1
+    progress.close()
+    if state.step % trainer.val_every and not done:  # max_epochs ended between validations
+        validate()
+    state.train_seconds = time.monotonic() - start
+    save_checkpoint(ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg))
+
+    model.load_state_dict(load_checkpoint(ckpt_dir / "best.pt")["model"])
+    tests = {}
+    for name, pairs in splits.tests.items():
+        scores, hyps = score(model, tokenizers, pairs, cfg, autocast)
+        tests[name] = {**scores.as_dict(), "beam": 1, "checkpoint": "best"}
+        (run_dir / f"hyps.{name}.txt").write_text("".join(h + "\n" for h in hyps))
+        writer.add_scalar("test/bleu", scores.bleu, state.step)
+        writer.add_scalar("test/chrf", scores.chrf, state.step)
+        log.info(
+            "%s (best checkpoint, step %d): BLEU %.2f chrF %.2f | %s",
+            name,
+            state.best_step,
+            scores.bleu,
+            scores.chrf,
+            scores.bleu_signature,
+        )
+    writer.close()
+
+    metrics = {
+        "steps": state.step,
+        "epochs_completed": state.epoch,
+        "precision": precision,
+        "train_seconds": state.train_seconds,
+        "tgt_tokens": state.tgt_tokens,
+        "tokens_per_sec": state.tgt_tokens / state.train_seconds,
+        "num_parameters": model.num_parameters(),
+        "best_val_bleu": state.best_val_bleu,
+        "best_step": state.best_step,
+        "val_history": state.val_history,
+        "test": tests,
+    }
+    save_json(run_dir / "metrics.json", metrics)
+    return metrics

@@ -1,0 +1,77 @@
+import pytest
+from omegaconf import OmegaConf
+
+from minimt.config import ConfigError, validate_config
+from tests.helpers import compose_config
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["pe=learned"],
+        ["embedding.scale=false"],
+        ["embedding.share=false"],
+        ["embedding.share=false", "tokenizer.joint=false"],
+        ["model.norm_first=false"],
+        ["experiment=smoke"],
+        ["trainer.precision=fp32", "trainer.device=cpu"],
+    ],
+)
+def test_every_option_composes_and_validates(overrides):
+    validate_config(compose_config(*overrides))
+
+
+def test_default_model_is_the_issue_s_small_model():
+    cfg = compose_config()
+    assert OmegaConf.to_container(cfg.model) == {
+        "d_model": 256,
+        "n_heads": 4,
+        "n_encoder_layers": 3,
+        "n_decoder_layers": 3,
+        "d_ff": 1024,
+        "dropout": 0.1,
+        "max_seq_len": 256,
+        "norm_first": True,
+    }
+    assert (
+        cfg.pe.name == "sinusoidal" and cfg.embedding.scale is True and cfg.embedding.share is True
+    )
+    assert cfg.tokenizer.vocab_size == 8000 and cfg.trainer.batch_tokens == 4096
+
+
+def test_data_url_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("MINIMT_DATA_URL", "/somewhere/multi30k")
+    assert compose_config().data.url == "/somewhere/multi30k"
+    monkeypatch.delenv("MINIMT_DATA_URL")
+    assert compose_config().data.url.startswith(
+        "https://raw.githubusercontent.com/multi30k/dataset"
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("embedding.scale=maybe", ["embedding.scale", "true or false"]),
+        ("embedding.share=1", ["embedding.share", "true or false"]),
+        ("trainer.batch_tokens=-5", ["trainer.batch_tokens", "integer >= 1"]),
+        ("tokenizer.vocab_size=100", ["tokenizer.vocab_size", ">= 260"]),
+        ("pe.name=rotary", ["pe.name", "sinusoidal", "learned"]),
+        ("trainer.precision=fp16", ["trainer.precision", "bf16", "fp32"]),
+        ("model.dropout=1.5", ["model.dropout", "[0, 1)"]),
+        ("model.n_heads=3", ["model.d_model=256", "model.n_heads=3"]),
+        ("tokenizer.joint=false", ["embedding.share=true", "tokenizer.joint=true"]),
+        ("data.max_train_len=300", ["data.max_train_len", "model.max_seq_len"]),
+    ],
+)
+def test_bad_values_name_the_key_and_the_choices(override, named):
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config(override))
+    for text in named:
+        assert text in str(error.value)
+
+
+def test_all_problems_are_reported_at_once():
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config("trainer.lr=0", "trainer.max_steps=0"))
+    assert "trainer.lr" in str(error.value) and "trainer.max_steps" in str(error.value)

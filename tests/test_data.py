@@ -1,0 +1,69 @@
+import logging
+import random
+
+import datasets
+import pytest
+import torch
+
+from minimt.data import BatchedPairs, collate, filter_training_pairs, token_batches
+from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def id_pairs(src_ids, tgt_ids):
+    return datasets.Dataset.from_dict({"src_ids": src_ids, "tgt_ids": tgt_ids})
+
+
+def test_collate_adds_specials_and_right_pads():
+    batch = collate([[5, 6, 7], [8]], [[9], [10, 11]])
+    assert batch.src.tolist() == [[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 9, PAD_ID], [BOS_ID, 10, 11]]
+    assert batch.tgt_out.tolist() == [[9, EOS_ID, PAD_ID], [10, 11, EOS_ID]]
+    assert batch.num_tgt_tokens == 5 and batch.num_src_tokens == 6
+
+
+def test_token_batches_cover_every_example_once_within_the_budget():
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 60) for _ in range(2000)]
+    batches = token_batches(lengths, batch_tokens=512, rng=random.Random(1))
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= 512
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    assert 1 - sum(lengths) / padded < 0.05  # length-sorted buckets waste little on padding
+
+
+def test_an_example_longer_than_the_budget_gets_its_own_batch():
+    assert [b for b in token_batches([3, 100, 3], batch_tokens=10) if 1 in b] == [[1]]
+
+
+def test_shuffle_is_seeded_and_changes_with_the_epoch():
+    pairs = id_pairs(
+        [[1] * (i % 17 + 1) for i in range(500)], [[2] * (i % 13 + 1) for i in range(500)]
+    )
+    batched = BatchedPairs(pairs, batch_tokens=64, seed=3)
+    assert batched.batches(epoch=0) == BatchedPairs(pairs, 64, seed=3).batches(epoch=0)
+    assert batched.batches(epoch=0) != batched.batches(epoch=1)
+    unshuffled = BatchedPairs(pairs, batch_tokens=64)
+    assert unshuffled.batches() == unshuffled.batches()
+
+
+def test_batches_hold_tensors_matching_the_examples():
+    pairs = id_pairs([[4, 5], [6], [7, 8, 9]], [[10], [11, 12], [13]])
+    batches = list(BatchedPairs(pairs, batch_tokens=1000).iterate())
+    assert len(batches) == 1 and batches[0].src.dtype == torch.long
+    assert sorted(batches[0].src[:, 0].tolist()) == [4, 6, 7]
+
+
+def test_filter_drops_empty_and_long_pairs_and_logs_counts(caplog):
+    pairs = id_pairs([[1, 2], [], [3] * 9, [4]], [[5], [6], [7], [8] * 9])
+    with caplog.at_level(logging.INFO, logger="minimt.data"):
+        kept = filter_training_pairs(pairs, max_len=8)
+    assert kept["src_ids"] == [[1, 2]]
+    assert "kept 1 of 4" in caplog.text and "1 with an empty side" in caplog.text
+    assert "2 longer than 8" in caplog.text
+
+
+@pytest.mark.parametrize("max_len", [1, 2])
+def test_filter_keeps_pairs_at_the_limit(max_len):
+    kept = filter_training_pairs(id_pairs([[1] * max_len], [[2] * max_len]), max_len=max_len)
+    assert len(kept) == 1

@@ -1,0 +1,46 @@
+import random
+
+import pytest
+
+from minimt.metrics import corpus_scores
+
+REFS = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Two dogs run through the snow.",
+    "A group of people stand in front of an igloo.",
+    "A little girl climbing into a wooden playhouse.",
+]
+HYPS = [
+    "A man in a blue shirt stands on a ladder.",
+    "Two dogs are running in the snow.",
+    "A group of people standing in front of an igloo.",
+    "A girl climbs into a playhouse.",
+]
+
+
+def test_identical_text_scores_100_with_a_signature():
+    scores = corpus_scores(REFS, REFS)
+    assert scores.bleu == pytest.approx(100.0) and scores.chrf == pytest.approx(100.0)
+    assert "nrefs:1" in scores.bleu_signature and "case:mixed" in scores.bleu_signature
+    assert "tok:13a" in scores.bleu_signature
+
+
+def test_bleu_is_a_corpus_score_on_a_0_to_100_scale():
+    scores = corpus_scores(HYPS, REFS)
+    assert 10 < scores.bleu < 90 and 10 < scores.chrf < 100
+
+
+def test_joint_shuffle_leaves_the_score_unchanged():
+    order = list(range(len(REFS)))
+    random.Random(0).shuffle(order)
+    shuffled = corpus_scores([HYPS[i] for i in order], [REFS[i] for i in order])
+    assert shuffled.bleu == pytest.approx(corpus_scores(HYPS, REFS).bleu)
+
+
+def test_case_matters():
+    assert corpus_scores([r.lower() for r in REFS], REFS).bleu < 100
+
+
+def test_misaligned_lists_are_an_error():
+    with pytest.raises(ValueError, match="3 hypotheses but 4 references"):
+        corpus_scores(HYPS[:3], REFS)

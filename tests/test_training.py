@@ -1,0 +1,141 @@
+"""The training run end to end on a few hundred real sentences, and its schedule."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from minimt.training import inverse_sqrt_lr, load_model, load_text_splits, score, train
+from tests.helpers import REPO, compose_config
+
+
+def test_inverse_sqrt_schedule_closed_form():
+    warmup = 100
+    factors = [inverse_sqrt_lr(step, warmup) for step in range(1000)]
+    assert factors[0] == pytest.approx(1 / warmup)
+    assert factors[49] == pytest.approx(0.5)
+    assert factors[99] == pytest.approx(1.0) and max(factors) == pytest.approx(1.0)
+    assert factors[399] == pytest.approx(0.5)  # sqrt(100 / 400)
+    assert all(a < b for a, b in zip(factors[:99], factors[1:100], strict=True))
+    assert all(a > b for a, b in zip(factors[99:-1], factors[100:], strict=True))
+
+
+def smoke_overrides(data_url, data_dir, *extra):
+    return ["experiment=smoke", f"data.url={data_url}", f"data.dir={data_dir}", *extra]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(multi30k_dir, tmp_path_factory):
+    """One smoke training run shared by the tests below."""
+    root = tmp_path_factory.mktemp("smoke")
+    cfg = compose_config(*smoke_overrides(multi30k_dir, root / "data", "trainer.max_steps=120"))
+    metrics = train(cfg, root / "run")
+    return root / "run", metrics
+
+
+def scalars(run_dir):
+    events = {}
+    for path in run_dir.glob("events.out.tfevents*"):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            events[tag] = [e.value for e in acc.Scalars(tag)]
+    return events
+
+
+def test_smoke_run_writes_metrics_json(smoke_run):
+    run_dir, metrics = smoke_run
+    on_disk = json.loads((run_dir / "metrics.json").read_text())
+    assert on_disk == json.loads(json.dumps(metrics))
+    assert on_disk["steps"] == 120 and on_disk["train_seconds"] > 0
+    test = on_disk["test"]["test_2016_flickr"]
+    assert 0 <= test["bleu"] <= 100 and "nrefs:1" in test["signature"]
+    assert on_disk["best_val_bleu"] == max(v["bleu"] for v in on_disk["val_history"])
+    assert len((run_dir / "hyps.test_2016_flickr.txt").read_text().splitlines()) == 1000
+
+
+def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
+    run_dir, _ = smoke_run
+    tags = scalars(run_dir)
+    need = {
+        "train/loss",
+        "train/lr",
+        "train/grad_norm",
+        "train/tokens_per_sec",
+        "val/loss",
+        "val/ppl",
+        "val/bleu",
+        "test/bleu",
+    }
+    assert need <= set(tags)
+    losses = tags["train/loss"]
+    assert losses[-1] < losses[0] - 1.0, losses
+    assert all(math.isfinite(x) for x in losses)
+
+
+def test_run_directory_rebuilds_the_model(smoke_run):
+    run_dir, _ = smoke_run
+    assert (run_dir / "tokenizer.json").is_file()
+    model, tokenizers = load_model(run_dir, "best")
+    saved = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, saved["model"][name]), name
+    emb = model.embedding
+    assert emb.src_tokens.weight is emb.tgt_tokens.weight  # tying survives the reload
+    assert tokenizers.src_vocab_size == model.embedding.src_tokens.num_embeddings
+
+
+def test_best_checkpoint_scores_what_the_log_says(smoke_run):
+    run_dir, metrics = smoke_run
+    model, tokenizers = load_model(run_dir, "best")
+    cfg = OmegaConf.create(torch.load(run_dir / "checkpoints/best.pt", weights_only=True)["config"])
+    test_pairs = load_text_splits(cfg.data).tests["test_2016_flickr"]
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=metrics["precision"] == "bf16")
+    scores, _ = score(model, tokenizers, test_pairs, cfg, autocast)
+    assert scores.bleu == pytest.approx(metrics["test"]["test_2016_flickr"]["bleu"])
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "scripts/train.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_cli_rejects_an_unknown_positional_encoding_naming_the_choices(tmp_path):
+    result = run_cli("pe=rotary", f"hydra.run.dir={tmp_path}")
+    assert result.returncode != 0
+    assert "sinusoidal" in result.stderr and "learned" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("embedding.scale=maybe", "embedding.scale"),
+        ("trainer.batch_tokens=-1", "trainer.batch_tokens"),
+    ],
+)
+def test_cli_rejects_bad_values_before_any_work(tmp_path, override, key):
+    result = run_cli(override, f"hydra.run.dir={tmp_path}/run", f"data.dir={tmp_path}/data")
+    assert result.returncode != 0
+    assert key in result.stdout + result.stderr
+    assert not (tmp_path / "data").exists()  # stopped before fetching anything
+
+
+def test_cli_names_a_missing_data_place(tmp_path):
+    result = run_cli(
+        "experiment=smoke",
+        "data.url=/nonexistent/place",
+        f"data.dir={tmp_path}/data",
+        f"hydra.run.dir={tmp_path}/run",
+    )
+    assert result.returncode != 0
+    assert "/nonexistent/place" in result.stdout + result.stderr
