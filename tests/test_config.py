@@ -31,6 +31,7 @@ def test_default_model_is_the_issue_s_small_model():
         "n_decoder_layers": 3,
         "d_ff": 1024,
         "dropout": 0.1,
+        "attention_dropout": 0.0,
         "max_seq_len": 256,
         "norm_first": True,
     }

@@ -68,6 +68,7 @@ RULES: dict[str, Rule] = {
     "model.n_decoder_layers": positive_int,
     "model.d_ff": positive_int,
     "model.dropout": probability,
+    "model.attention_dropout": probability,
     "model.max_seq_len": positive_int,
     "model.norm_first": boolean,
     "data.max_train_len": positive_int,

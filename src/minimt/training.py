@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -19,6 +19,7 @@ from minimt.checkpoint import load_checkpoint, save_checkpoint, save_json
 from minimt.config import validate_config
 from minimt.corpus import load_multi30k, read_parallel
 from minimt.data import Batch, BatchedPairs, filter_training_pairs, tokenize_pairs
+from minimt.loss import label_smoothed_cross_entropy
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
 from minimt.tokenizer import PAD_ID, TokenizerPair, build_tokenizers
@@ -106,6 +107,7 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Tr
         n_decoder_layers=m.n_decoder_layers,
         d_ff=m.d_ff,
         dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
         max_seq_len=m.max_seq_len,
         pad_id=PAD_ID,
         pos_encoding=cfg.pe.name,
@@ -132,6 +134,15 @@ def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
     return min(updates / warmup_steps, math.sqrt(warmup_steps / updates))
 
 
+def target_loss(model: Transformer, batch: Batch, autocast: torch.autocast, eps: float) -> Tensor:
+    """Label-smoothed cross-entropy per real target token; logits only for non-pad positions."""
+    real = batch.tgt_out != PAD_ID  # (B, T)
+    with autocast:
+        hidden = model.decode(batch.tgt_in, model.encode(batch.src), batch.src)  # (B, T, d_model)
+        logits = model.project(hidden[real])  # (N, V)
+    return label_smoothed_cross_entropy(logits, batch.tgt_out[real], eps) / real.sum()
+
+
 def train_step(
     model: Transformer,
     batch: Batch,
@@ -142,14 +153,7 @@ def train_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One update; returns (label-smoothed loss per target token, grad norm) as tensors."""
     model.train()
-    with autocast:
-        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-    loss = F.cross_entropy(
-        logits.flatten(0, 1).float(),
-        batch.tgt_out.flatten(),
-        ignore_index=PAD_ID,
-        label_smoothing=trainer.label_smoothing,
-    )
+    loss = target_loss(model, batch, autocast, trainer.label_smoothing)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     max_norm = trainer.clip_grad_norm or math.inf
@@ -166,16 +170,9 @@ def validation_nll(model: Transformer, batches: BatchedPairs, autocast: torch.au
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0
     for batch in batches.iterate():
-        batch = batch.to(device)
-        with autocast:
-            logits = model(batch.src, batch.tgt_in)
-        total += F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            batch.tgt_out.flatten(),
-            ignore_index=PAD_ID,
-            reduction="sum",
-        )
-        count += batch.num_tgt_tokens
+        n_tokens = batch.num_tgt_tokens
+        total += target_loss(model, batch.to(device), autocast, eps=0.0) * n_tokens
+        count += n_tokens
     return total.item() / count
 
 
