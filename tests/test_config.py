@@ -76,3 +76,11 @@ def test_all_problems_are_reported_at_once():
     with pytest.raises(ConfigError) as error:
         validate_config(compose_config("trainer.lr=0", "trainer.max_steps=0"))
     assert "trainer.lr" in str(error.value) and "trainer.max_steps" in str(error.value)
+
+
+def test_parallel_text_without_paths_names_every_missing_key():
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config("data=parallel_text", "data.train.src=a.de"))
+    message = str(error.value)
+    assert "data.train.tgt must be set" in message and "data.test.src must be set" in message
+    assert "data.train.src" not in message

@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from minimt.corpus import DataError
 from minimt.training import inverse_sqrt_lr, load_model, load_text_splits, score, train
 from tests.helpers import REPO, compose_config
 
@@ -98,6 +99,45 @@ def test_best_checkpoint_scores_what_the_log_says(smoke_run):
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=metrics["precision"] == "bf16")
     scores, _ = score(model, tokenizers, test_pairs, cfg, autocast)
     assert scores.bleu == pytest.approx(metrics["test"]["test_2016_flickr"]["bleu"])
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_parallel_text_reads_any_line_aligned_files(tmp_path):
+    files = {
+        f"{split}.{side}": write_lines(
+            tmp_path / f"{split}.{side}", [f"{split} {side} {i}" for i in range(3)]
+        )
+        for split in ("train", "val", "test")
+        for side in ("src", "tgt")
+    }
+    cfg = compose_config(
+        "data=parallel_text", *(f"data.{name}={path}" for name, path in files.items())
+    )
+    splits = load_text_splits(cfg.data)
+    assert splits.train == (
+        ["train src 0", "train src 1", "train src 2"],
+        ["train tgt 0", "train tgt 1", "train tgt 2"],
+    )
+    assert list(splits.tests) == ["test"] and splits.tests["test"][1][2] == "test tgt 2"
+
+
+def test_mismatched_line_counts_stop_before_training(tmp_path):
+    src = write_lines(tmp_path / "train.de", ["a"] * 300)
+    tgt = write_lines(tmp_path / "train.en", ["b"] * 299)
+    paths = [
+        f"data.{split}.{side}={path}"
+        for split in ("train", "val", "test")
+        for side, path in (("src", src), ("tgt", tgt))
+    ]
+    cfg = compose_config("experiment=smoke", "data=parallel_text", *paths)
+    with pytest.raises(DataError) as error:
+        train(cfg, tmp_path / "run")
+    assert all(text in str(error.value) for text in ("300", "299", "train.de", "train.en"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def run_cli(*args, timeout=120):

@@ -96,7 +96,9 @@ RULES: dict[str, Rule] = {
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise ConfigError listing every bad value in `cfg` (all at once, so one fix-up round)."""
-    problems = []
+    problems = [
+        f"{key} must be set (it has no default)" for key in sorted(OmegaConf.missing_keys(cfg))
+    ]
     for key, rule in RULES.items():
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
         problem = rule(value)

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from minimt.data import source_tensor, token_batches
 from minimt.decoding import greedy_decode
 from minimt.model import Transformer
 from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
+
+log = logging.getLogger(__name__)
+
+
+def fit_to_model(src_ids: list[list[int]], limit: int) -> list[list[int]]:
+    """Cut sources longer than `limit` tokens to their first `limit`, with a warning naming them."""
+    too_long = [i for i, ids in enumerate(src_ids) if len(ids) > limit]
+    if too_long:
+        shown = ", ".join(str(i + 1) for i in too_long[:10]) + (
+            " ..." if len(too_long) > 10 else ""
+        )
+        log.warning(
+            "%d source line(s) exceed the model's %d source tokens and are cut to that length "
+            "(lines %s); train with a larger model.max_seq_len to translate them whole",
+            len(too_long),
+            limit,
+            shown,
+        )
+    return [ids[:limit] for ids in src_ids]
 
 
 def translate_lines(
@@ -24,8 +44,7 @@ def translate_lines(
     Runs under whatever autocast context the caller has entered.
     """
     device = next(model.parameters()).device
-    src_ids = tokenizers.encode_src(lines)
-    # room for <eos> on the source side and for generated tokens on the target side
+    src_ids = fit_to_model(tokenizers.encode_src(lines), model.max_seq_len - 1)  # room for <eos>
     lengths = [len(ids) + 1 for ids in src_ids]
     outputs: list[list[int]] = [[] for _ in lines]
     model.eval()

@@ -1,0 +1,61 @@
+import logging
+
+import pytest
+import torch
+
+from minimt.model import Transformer
+from minimt.tokenizer import TokenizerPair, train_bpe
+from minimt.translator import fit_to_model, translate_lines
+
+SENTENCES = [
+    "Ein Hund rennt über die Wiese.",
+    "Zwei Männer spielen Fußball.",
+    "Eine Frau liest ein Buch im Park.",
+    "Kinder spielen im Schnee.",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tokenizer = train_bpe(SENTENCES * 3, vocab_size=300)
+    tokenizers = TokenizerPair(tokenizer, tokenizer)
+    torch.manual_seed(0)
+    model = Transformer(
+        tokenizers.src_vocab_size,
+        tokenizers.tgt_vocab_size,
+        d_model=32,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=64,
+        max_seq_len=40,
+    )
+    return model, tokenizers
+
+
+def translate(model, tokenizers, lines, batch_tokens=1000):
+    return translate_lines(
+        model, tokenizers, lines, batch_tokens=batch_tokens, max_len_a=1.0, max_len_b=5
+    )
+
+
+def test_output_order_matches_input_whatever_the_batching(tiny):
+    model, tokenizers = tiny
+    together = translate(model, tokenizers, SENTENCES)
+    alone = [translate(model, tokenizers, [s])[0] for s in SENTENCES]
+    assert len(together) == len(SENTENCES) and together == alone
+    assert translate(model, tokenizers, SENTENCES, batch_tokens=8) == together
+
+
+def test_a_source_longer_than_the_model_allows_is_cut_with_a_warning(tiny, caplog):
+    model, tokenizers = tiny
+    long_line = " ".join(SENTENCES[:4] * 5)
+    with caplog.at_level(logging.WARNING, logger="minimt.translator"):
+        hyps = translate(model, tokenizers, [SENTENCES[0], long_line])
+    assert len(hyps) == 2
+    assert "lines 2" in caplog.text and "39 source tokens" in caplog.text
+
+
+def test_fit_to_model_keeps_short_sources_unchanged():
+    assert fit_to_model([[1, 2], [3, 4, 5, 6]], limit=3) == [[1, 2], [3, 4, 5]]
