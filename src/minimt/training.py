@@ -193,31 +193,40 @@ def score(
 
 
 def checkpoint_dict(model, optimizer, scheduler, state: TrainState, cfg: DictConfig) -> dict:
+    """Everything needed to continue training (last.pt)."""
     return {
-        "model": model.state_dict(),
+        **weights_dict(model, state, cfg),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
+    }
+
+
+def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict:
+    """Everything needed to rebuild and use the model (best.pt)."""
+    return {
+        "model": model.state_dict(),
         "state": asdict(state),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
 
 
-def train(cfg: DictConfig, run_dir: str | Path) -> dict:
-    """Train the configured model in `run_dir`, score the best checkpoint on the test sets.
+def log_scalars(writer: SummaryWriter, prefix: str, values: dict[str, float], step: int) -> None:
+    for name, value in values.items():
+        writer.add_scalar(f"{prefix}/{name}", value, step)
 
-    Returns the metrics also written to run_dir/metrics.json.
-    """
-    validate_config(cfg)
-    run_dir = Path(run_dir)
-    trainer = cfg.trainer
-    random.seed(trainer.seed)
-    torch.manual_seed(trainer.seed)
-    if trainer.num_threads:
-        torch.set_num_threads(trainer.num_threads)
-    device = pick_device(trainer.device)
-    precision = resolve_precision(trainer.precision, device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
+@dataclass
+class RunData:
+    """A run's raw splits, tokenizers and token-count batches."""
+
+    splits: TextSplits
+    tokenizers: TokenizerPair
+    train_batches: BatchedPairs
+    val_batches: BatchedPairs
+
+
+def prepare_data(cfg: DictConfig, run_dir: Path) -> RunData:
+    """Read the corpus, train (or reuse) the BPE tokenizers, tokenize and batch."""
     splits = load_text_splits(cfg.data)
     tokenizers = build_tokenizers(
         *splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
@@ -226,16 +235,19 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     train_pairs = filter_training_pairs(
         tokenize_pairs(tokenizers, *splits.train), cfg.data.max_train_len
     )
-    train_batches = BatchedPairs(train_pairs, trainer.batch_tokens, seed=trainer.seed)
-    val_batches = BatchedPairs(tokenize_pairs(tokenizers, *splits.val), trainer.batch_tokens)
-
-    model = build_model(cfg, tokenizers.src_vocab_size, tokenizers.tgt_vocab_size).to(device)
-    log.info(
-        "model: %s parameters, device %s, precision %s",
-        f"{model.num_parameters():,}",
-        device,
-        precision,
+    batch_tokens = cfg.trainer.batch_tokens
+    return RunData(
+        splits=splits,
+        tokenizers=tokenizers,
+        train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
+        val_batches=BatchedPairs(tokenize_pairs(tokenizers, *splits.val), batch_tokens),
     )
+
+
+def make_optimizer(
+    model: Transformer, trainer: DictConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam with linear warmup then inverse-sqrt decay."""
     optimizer = torch.optim.Adam(
         model.parameters(),
         lr=trainer.lr,
@@ -245,21 +257,84 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: inverse_sqrt_lr(step, trainer.warmup_steps)
     )
-    writer = SummaryWriter(run_dir)
-    state = TrainState()
-    ckpt_dir = run_dir / "checkpoints"
+    return optimizer, scheduler
 
-    def validate() -> None:
-        nll = validation_nll(model, val_batches, autocast)
-        scores, _ = score(model, tokenizers, splits.val, cfg, autocast)
+
+@dataclass
+class Window:
+    """Loss and throughput over the steps since the last log line; syncs only when read."""
+
+    loss_sum: Tensor = field(default_factory=lambda: torch.zeros(()))
+    tokens: int = 0
+    start: float = field(default_factory=time.monotonic)
+
+    def add(self, loss: Tensor, n_tokens: int) -> None:
+        self.loss_sum += loss.cpu() * n_tokens
+        self.tokens += n_tokens
+
+    def mean_loss(self) -> float:
+        return self.loss_sum.item() / self.tokens
+
+    def tokens_per_sec(self) -> float:
+        return self.tokens / (time.monotonic() - self.start)
+
+
+def validate(model, data: RunData, cfg: DictConfig, autocast) -> tuple[float, CorpusScores]:
+    """Validation NLL per target token and greedy-decoded corpus scores."""
+    nll = validation_nll(model, data.val_batches, autocast)
+    scores, _ = score(model, data.tokenizers, data.splits.val, cfg, autocast)
+    return nll, scores
+
+
+def score_test_sets(model, data: RunData, cfg: DictConfig, autocast, run_dir: Path) -> dict:
+    """Scores per test set (hypotheses written to hyps.<name>.txt)."""
+    results = {}
+    for name, pairs in data.splits.tests.items():
+        scores, hyps = score(model, data.tokenizers, pairs, cfg, autocast)
+        (run_dir / f"hyps.{name}.txt").write_text("".join(h + "\n" for h in hyps))
+        results[name] = {**scores.as_dict(), "beam": 1, "checkpoint": "best"}
+        log.info(
+            "%s: BLEU %.2f chrF %.2f | %s", name, scores.bleu, scores.chrf, scores.bleu_signature
+        )
+    return results
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict:
+    """Train the configured model in `run_dir`, score the best checkpoint on the test sets.
+
+    Returns the metrics also written to run_dir/metrics.json.
+    """
+    validate_config(cfg)
+    run_dir, trainer = Path(run_dir), cfg.trainer
+    random.seed(trainer.seed)
+    torch.manual_seed(trainer.seed)
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    device = pick_device(trainer.device)
+    precision = resolve_precision(trainer.precision, device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    data = prepare_data(cfg, run_dir)
+    model = build_model(cfg, data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
+    model.to(device)
+    log.info(
+        "model: %s parameters, device %s, precision %s",
+        f"{model.num_parameters():,}",
+        device,
+        precision,
+    )
+    optimizer, scheduler = make_optimizer(model, trainer)
+    state, ckpt_dir = TrainState(), run_dir / "checkpoints"
+
+    def validate_and_save() -> None:
+        nll, scores = validate(model, data, cfg, autocast)
         state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
-        for name, value in (
-            ("loss", nll),
-            ("ppl", math.exp(min(nll, 50))),
-            ("bleu", scores.bleu),
-            ("chrf", scores.chrf),
-        ):
-            writer.add_scalar(f"val/{name}", value, state.step)
+        log_scalars(
+            writer,
+            "val",
+            {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu, "chrf": scores.chrf},
+            state.step,
+        )
         log.info(
             "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
             state.step,
@@ -269,93 +344,78 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         )
         if scores.bleu > state.best_val_bleu:
             state.best_val_bleu, state.best_step = scores.bleu, state.step
-            save_checkpoint(
-                ckpt_dir / "best.pt",
-                {
-                    "model": model.state_dict(),
-                    "state": asdict(state),
-                    "config": OmegaConf.to_container(cfg, resolve=True),
-                },
-            )
+            save_checkpoint(ckpt_dir / "best.pt", weights_dict(model, state, cfg))
         save_checkpoint(
             ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg)
         )
 
+    def log_window(window: Window, grad_norm: Tensor) -> None:
+        mean_loss, lr = window.mean_loss(), scheduler.get_last_lr()[0]
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(
+                f"training loss is {mean_loss} at step {state.step}: lower trainer.lr or use "
+                f"trainer.precision=fp32; the best checkpoint so far is in {ckpt_dir}"
+            )
+        values = {
+            "loss": mean_loss,
+            "lr": lr,
+            "grad_norm": grad_norm.item(),
+            "tokens_per_sec": window.tokens_per_sec(),
+        }
+        log_scalars(writer, "train", values, state.step)
+        progress.set_postfix(
+            loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_sec']:,.0f}"
+        )
+        log.info(
+            "step %d | epoch %d | loss %.3f | lr %.2e | grad norm %.2f | %.0f tgt tok/s",
+            state.step,
+            state.epoch + 1,
+            *values.values(),
+        )
+
     start = time.monotonic()
     deadline = start + trainer.max_minutes * 60
-    window_loss, window_tokens, window_start = torch.zeros(()), 0, time.monotonic()
-    progress = tqdm(total=trainer.max_steps, disable=None, dynamic_ncols=True, desc="train")
     done = False
-    while not done and state.epoch < trainer.max_epochs:
-        for batch in train_batches.iterate(state.epoch):
-            n_tokens = batch.num_tgt_tokens
-            loss, grad_norm = train_step(
-                model, batch.to(device), optimizer, scheduler, autocast, trainer
-            )
-            state.step += 1
-            state.tgt_tokens += n_tokens
-            window_loss += loss.cpu() * n_tokens
-            window_tokens += n_tokens
-            progress.update()
-            done = state.step >= trainer.max_steps or time.monotonic() >= deadline
-            if state.step % trainer.log_every == 0 or done:
-                mean_loss = window_loss.item() / window_tokens
-                if not math.isfinite(mean_loss):
-                    raise FloatingPointError(
-                        f"training loss is {mean_loss} at step {state.step}: lower trainer.lr or "
-                        f"use trainer.precision=fp32; the best checkpoint so far is in {ckpt_dir}"
-                    )
-                tokens_per_sec = window_tokens / (time.monotonic() - window_start)
-                lr = scheduler.get_last_lr()[0]
-                for name, value in (
-                    ("loss", mean_loss),
-                    ("lr", lr),
-                    ("grad_norm", grad_norm.item()),
-                    ("tokens_per_sec", tokens_per_sec),
-                ):
-                    writer.add_scalar(f"train/{name}", value, state.step)
-                progress.set_postfix(
-                    loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}"
+    with (
+        SummaryWriter(run_dir) as writer,
+        tqdm(total=trainer.max_steps, disable=None, dynamic_ncols=True, desc="train") as progress,
+    ):
+        window = Window()
+        while not done and state.epoch < trainer.max_epochs:
+            for batch in data.train_batches.iterate(state.epoch):
+                n_tokens = batch.num_tgt_tokens
+                loss, grad_norm = train_step(
+                    model, batch.to(device), optimizer, scheduler, autocast, trainer
                 )
-                log.info(
-                    "step %d | epoch %d | loss %.3f | lr %.2e | grad norm %.2f | %.0f tgt tok/s",
-                    state.step,
-                    state.epoch + 1,
-                    mean_loss,
-                    lr,
-                    grad_norm.item(),
-                    tokens_per_sec,
-                )
-                window_loss, window_tokens, window_start = torch.zeros(()), 0, time.monotonic()
-            if state.step % trainer.val_every == 0 or done:
-                validate()
-            if done:
-                break
-        else:
-            state.epoch += 1
-    progress.close()
-    if state.step % trainer.val_every and not done:  # max_epochs ended between validations
-        validate()
-    state.train_seconds = time.monotonic() - start
-    save_checkpoint(ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg))
-
-    model.load_state_dict(load_checkpoint(ckpt_dir / "best.pt")["model"])
-    tests = {}
-    for name, pairs in splits.tests.items():
-        scores, hyps = score(model, tokenizers, pairs, cfg, autocast)
-        tests[name] = {**scores.as_dict(), "beam": 1, "checkpoint": "best"}
-        (run_dir / f"hyps.{name}.txt").write_text("".join(h + "\n" for h in hyps))
-        writer.add_scalar("test/bleu", scores.bleu, state.step)
-        writer.add_scalar("test/chrf", scores.chrf, state.step)
-        log.info(
-            "%s (best checkpoint, step %d): BLEU %.2f chrF %.2f | %s",
-            name,
-            state.best_step,
-            scores.bleu,
-            scores.chrf,
-            scores.bleu_signature,
+                state.step += 1
+                state.tgt_tokens += n_tokens
+                window.add(loss, n_tokens)
+                progress.update()
+                done = state.step >= trainer.max_steps or time.monotonic() >= deadline
+                if state.step % trainer.log_every == 0 or done:
+                    log_window(window, grad_norm)
+                    window = Window()
+                if state.step % trainer.val_every == 0 or done:
+                    validate_and_save()
+                if done:
+                    break
+            else:
+                state.epoch += 1
+        if not done and state.step % trainer.val_every:  # max_epochs ended between validations
+            validate_and_save()
+        state.train_seconds = time.monotonic() - start
+        save_checkpoint(
+            ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg)
         )
-    writer.close()
+
+        log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
+        model.load_state_dict(load_checkpoint(ckpt_dir / "best.pt")["model"])
+        tests = score_test_sets(model, data, cfg, autocast, run_dir)
+        for i, (name, result) in enumerate(tests.items()):  # the first test set is the headline
+            prefix = "test" if i == 0 else f"test/{name}"
+            log_scalars(
+                writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, state.step
+            )
 
     metrics = {
         "steps": state.step,
