@@ -1,3 +1,5 @@
+from functools import cache
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,8 +11,10 @@ PAD, BOS, EOS = 0, 1, 2
 VOCAB = 20
 
 
-def make_model(max_seq_len: int = 32, d_model: int = 16, n_layers: int = 1) -> Transformer:
-    torch.manual_seed(0)
+def make_model(
+    max_seq_len: int = 32, d_model: int = 16, n_layers: int = 1, seed: int = 0, **overrides
+) -> Transformer:
+    torch.manual_seed(seed)
     return Transformer(
         VOCAB,
         VOCAB,
@@ -22,6 +26,7 @@ def make_model(max_seq_len: int = 32, d_model: int = 16, n_layers: int = 1) -> T
         dropout=0.0,
         max_seq_len=max_seq_len,
         pad_id=PAD,
+        **overrides,
     ).eval()
 
 
@@ -77,10 +82,13 @@ def test_batched_greedy_equals_each_sentence_decoded_alone():
         assert all(isinstance(token, int) for token in hyp)
 
 
-def test_each_sentence_stops_at_its_own_eos(monkeypatch):
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_each_sentence_stops_at_its_own_eos(monkeypatch, use_cache):
     model = make_model()
     calls = script_project(model, monkeypatch, eos_steps=[2, 4, 0, 1])
-    hyps = greedy_decode(model, pad_batch(SOURCES), bos_id=BOS, eos_id=EOS, pad_id=PAD)
+    hyps = greedy_decode(
+        model, pad_batch(SOURCES), bos_id=BOS, eos_id=EOS, pad_id=PAD, use_cache=use_cache
+    )
     assert hyps == [[3, 4], [3, 4, 5, 6], [], [3]]
     assert len(calls) == 5  # the loop ends once every sentence has finished
 
@@ -108,10 +116,14 @@ def test_output_never_exceeds_max_seq_len(monkeypatch, scripted):
         assert [len(h) for h in hyps] == [7, 7, 7, 7]
 
 
-def test_overfit_model_reproduces_reversed_sources():
-    sources = [[3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 3], [17, 5, 9, 12]]
-    targets = [[BOS, *reversed(s), EOS] for s in sources]
-    src, tgt = pad_batch(sources), pad_batch(targets)
+REVERSAL_SOURCES = [[3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 3], [17, 5, 9, 12]]
+
+
+@cache
+def reversal_model() -> Transformer:
+    """A tiny model overfit to reversing REVERSAL_SOURCES (trained once, shared: do not modify)."""
+    targets = [[BOS, *reversed(s), EOS] for s in REVERSAL_SOURCES]
+    src, tgt = pad_batch(REVERSAL_SOURCES), pad_batch(targets)
     model = make_model(d_model=32).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(60):  # greedy output is right from about step 20 on
@@ -120,6 +132,23 @@ def test_overfit_model_reproduces_reversed_sources():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.eval()
-    hyps = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD)
-    assert hyps == [list(reversed(s)) for s in sources]
+    return model.eval()
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_overfit_model_reproduces_reversed_sources(use_cache):
+    src = pad_batch(REVERSAL_SOURCES)
+    hyps = greedy_decode(
+        reversal_model(), src, bos_id=BOS, eos_id=EOS, pad_id=PAD, use_cache=use_cache
+    )
+    assert hyps == [list(reversed(s)) for s in REVERSAL_SOURCES]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+def test_cached_greedy_equals_full_recomputation(seed, pos_encoding):
+    model = make_model(n_layers=2, seed=seed, pos_encoding=pos_encoding, share_embeddings=False)
+    src = pad_batch(SOURCES)
+    cached = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD)
+    full = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD, use_cache=False)
+    assert cached == full

@@ -254,3 +254,69 @@ def test_max_seq_len_is_the_embedding_limit():
     assert model.max_seq_len == 8
     with pytest.raises(ValueError, match="max_seq_len=8"):
         model.encode(random_ids((1, 9)))
+
+
+def decode_step_by_step(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor):
+    """Hidden states (B, T, d_model) of feeding tgt_in one token at a time through the cache."""
+    cache = model.start_decoding(model.encode(src), src)
+    steps = [model.decode_step(tgt_in[:, t : t + 1], cache) for t in range(tgt_in.size(1))]
+    return torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_decode_step_reproduces_full_decode_at_every_position(config):
+    model = make_model(**config)
+    src, tgt_in, _ = padded_batch()
+    full = model.decode(tgt_in, model.encode(src), src)  # (2, 6, 16)
+    assert torch.allclose(decode_step_by_step(model, src, tgt_in), full, atol=1e-5)
+
+
+def test_cache_holds_cross_attention_keys_values_computed_once():
+    model = make_model()
+    src, tgt_in, _ = padded_batch()
+    calls = []
+    for layer in model.decoder_layers:
+        for proj in (layer.cross_attn.k_proj, layer.cross_attn.v_proj):
+            proj.register_forward_hook(lambda module, args, out: calls.append(module))
+    cache = model.start_decoding(model.encode(src), src)
+    assert len(calls) == 2 * len(model.decoder_layers)
+    for t in range(tgt_in.size(1)):
+        model.decode_step(tgt_in[:, t : t + 1], cache)
+    assert len(calls) == 2 * len(model.decoder_layers)
+    assert cache.position == 6
+    for layer_cache in cache.layers:
+        assert layer_cache.cross_k.shape == layer_cache.cross_v.shape == (2, 2, 7, 8)
+        assert layer_cache.self_k.shape == layer_cache.self_v.shape == (2, 2, 6, 8)
+
+
+def test_reordered_cache_continues_the_gathered_rows():
+    model = make_model()
+    src, tgt_in, _ = padded_batch()
+    cache = model.start_decoding(model.encode(src), src)
+    for t in range(3):
+        model.decode_step(tgt_in[:, t : t + 1], cache)
+    rows = torch.tensor([1, 1, 0])
+    cache.reorder(rows)
+    hidden = model.decode_step(tgt_in[rows, 3:4], cache)  # (3, 1, d_model)
+    full = model.decode(tgt_in[rows, :4], model.encode(src[rows]), src[rows])[:, -1:]
+    assert torch.allclose(hidden, full, atol=1e-5)
+
+
+def test_decode_step_under_bf16_autocast_is_finite_and_close():
+    model = make_model()
+    src, tgt_in, _ = padded_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        stepped = decode_step_by_step(model, src, tgt_in)
+        full = model.decode(tgt_in, model.encode(src), src)
+    assert torch.isfinite(stepped).all()
+    assert torch.allclose(stepped.float(), full.float(), atol=0.1)
+
+
+def test_decode_step_past_max_seq_len_is_a_clear_error():
+    model = make_model(max_seq_len=4)
+    src = random_ids((1, 3))
+    cache = model.start_decoding(model.encode(src), src)
+    for _ in range(4):
+        model.decode_step(torch.tensor([[5]]), cache)
+    with pytest.raises(ValueError, match="max_seq_len=4"):
+        model.decode_step(torch.tensor([[5]]), cache)

@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -61,9 +62,18 @@ class MultiHeadAttention(nn.Module):
         self, x: Tensor, context: Tensor, mask: Tensor | None = None, is_causal: bool = False
     ) -> Tensor:
         """x (B, T, d_model), context (B, S, d_model) -> (B, T, d_model)."""
+        k, v = self.keys_values(context)
+        return self.attend(x, k, v, mask, is_causal=is_causal)
+
+    def keys_values(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """context (B, S, d_model) -> keys and values, each (B, h, S, d_k)."""
+        return self._split_heads(self.k_proj(context)), self._split_heads(self.v_proj(context))
+
+    def attend(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False
+    ) -> Tensor:
+        """x (B, T, d_model) queries against projected k, v (B, h, S, d_k) -> (B, T, d_model)."""
         q = self._split_heads(self.q_proj(x))  # (B, h, T, d_k)
-        k = self._split_heads(self.k_proj(context))  # (B, h, S, d_k)
-        v = self._split_heads(self.v_proj(context))  # (B, h, S, d_k)
         dropout_p = self.dropout if self.training else 0.0
         out = attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p)  # (B, h, T, d_k)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
@@ -124,6 +134,40 @@ class EncoderLayer(nn.Module):
         return self.ffn_residual(x, self.ffn)
 
 
+@dataclass
+class LayerCache:
+    """One decoder layer's attention keys and values, each (B, h, L, d_k)."""
+
+    self_k: Tensor  # L = t, the positions decoded so far
+    self_v: Tensor
+    cross_k: Tensor  # L = S, the encoder output's, computed once per sentence
+    cross_v: Tensor
+
+
+@dataclass
+class DecoderCache:
+    """Incremental decoding state: per-layer keys/values, the source mask, the next position.
+
+    Self-attention keys/values grow by concatenation, one position per step: no maximum length to
+    fix up front and nothing to mask, and copying the prefix costs no more than attending to it.
+    Built by Transformer.start_decoding; Transformer.decode_step updates it in place.
+    """
+
+    layers: list[LayerCache]
+    src_mask: Tensor  # (B, 1, 1, S), True = real source token
+    position: int = 0  # position of the next target token fed in (<bos> is position 0)
+
+    def reorder(self, indices: Tensor) -> None:
+        """Keeps rows indices (B',) of every tensor, in that order: beam reordering, or expanding
+        each sentence to k beams with arange(B).repeat_interleave(k)."""
+        for layer in self.layers:
+            layer.self_k = layer.self_k.index_select(0, indices)
+            layer.self_v = layer.self_v.index_select(0, indices)
+            layer.cross_k = layer.cross_k.index_select(0, indices)
+            layer.cross_v = layer.cross_v.index_select(0, indices)
+        self.src_mask = self.src_mask.index_select(0, indices)
+
+
 class DecoderLayer(nn.Module):
     def __init__(
         self,
@@ -150,6 +194,25 @@ class DecoderLayer(nn.Module):
         """
         y = self.self_attn_residual(y, lambda h: self.self_attn(h, h, is_causal=True))
         y = self.cross_attn_residual(y, lambda h: self.cross_attn(h, memory, src_mask))
+        return self.ffn_residual(y, self.ffn)
+
+    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor) -> Tensor:
+        """y (B, 1, d_model), the newest position only -> (B, 1, d_model); appends to cache.
+
+        The one query may see every cached key (all earlier positions), so no causal mask: SDPA's
+        is_causal aligns top-left when Lq != Lk and would hide all but the first key.
+        """
+
+        def self_attention(h: Tensor) -> Tensor:
+            k, v = self.self_attn.keys_values(h)  # (B, h, 1, d_k)
+            cache.self_k = torch.cat([cache.self_k, k], dim=2)  # (B, h, t + 1, d_k)
+            cache.self_v = torch.cat([cache.self_v, v], dim=2)
+            return self.self_attn.attend(h, cache.self_k, cache.self_v)
+
+        y = self.self_attn_residual(y, self_attention)
+        y = self.cross_attn_residual(
+            y, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)
+        )
         return self.ffn_residual(y, self.ffn)
 
 
@@ -224,6 +287,30 @@ class Transformer(nn.Module):
         y = self.embedding.encode_target(tgt_in)  # (B, T, d_model)
         for layer in self.decoder_layers:
             y = layer(y, memory, src_mask)
+        return self.decoder_norm(y)
+
+    def start_decoding(self, memory: Tensor, src: Tensor) -> DecoderCache:
+        """memory (B, S, d_model), (B, S) src -> an empty cache holding cross-attention keys/values.
+
+        Call it and decode_step under the same autocast setting, so that cached and new keys share
+        a dtype.
+        """
+        layers = []
+        for layer in self.decoder_layers:
+            cross_k, cross_v = layer.cross_attn.keys_values(memory)  # (B, h, S, d_k)
+            empty = cross_k[:, :, :0]  # (B, h, 0, d_k)
+            layers.append(LayerCache(empty, empty, cross_k, cross_v))
+        return DecoderCache(layers, padding_mask(src, self.pad_id))
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        """(B, 1) newest target ids -> hidden (B, 1, d_model), advancing cache by one position.
+
+        Equals decode(prefix + tokens, ...)[:, -1:] without recomputing the prefix.
+        """
+        y = self.embedding.encode_target(tokens, offset=cache.position)  # (B, 1, d_model)
+        for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
+            y = layer.step(y, layer_cache, cache.src_mask)
+        cache.position += 1
         return self.decoder_norm(y)
 
     def project(self, hidden: Tensor) -> Tensor:
