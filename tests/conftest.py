@@ -25,3 +25,20 @@ def multi30k_dir() -> Path:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(multi30k_dir, tmp_path_factory):
+    """One `experiment=smoke` training run on the real corpus, shared by the tests that read it."""
+    from minimt.training import train
+    from tests.helpers import compose_config
+
+    root = tmp_path_factory.mktemp("smoke")
+    cfg = compose_config(
+        "experiment=smoke",
+        f"data.url={multi30k_dir}",
+        f"data.dir={root / 'data'}",
+        "trainer.max_steps=120",
+    )
+    metrics = train(cfg, root / "run")
+    return root / "run", metrics

@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from minimt.atomic import atomic_write
-from minimt.checkpoint import load_checkpoint, save_checkpoint, save_json
+from minimt.checkpoint import (
+    average_state_dicts,
+    load_checkpoint,
+    remove_old_checkpoints,
+    save_checkpoint,
+    save_json,
+    step_checkpoints,
+)
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -40,3 +47,43 @@ def test_loading_refuses_pickled_code(tmp_path):
 def test_missing_checkpoint_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.pt"):
         load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_rotation_keeps_the_newest_numbered_checkpoints(tmp_path):
+    for step in (100, 200, 300, 1000, 50):
+        save_checkpoint(tmp_path / f"step_{step}.pt", {"step": step})
+    remove_old_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["step_300.pt", "step_1000.pt"]
+    remove_old_checkpoints(tmp_path, keep=0)  # the newest one is never deleted
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["step_1000.pt"]
+
+
+def test_average_of_state_dicts_and_tying_survive_loading():
+    from minimt.model import Transformer
+
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        models.append(
+            Transformer(
+                30,
+                30,
+                d_model=16,
+                n_heads=2,
+                n_encoder_layers=1,
+                n_decoder_layers=1,
+                d_ff=32,
+                max_seq_len=20,
+            )
+        )
+    tables = [m.embedding.src_tokens.weight.detach().double() for m in models]
+    expected = (sum(tables) / 3).float()
+    models[0].load_state_dict(average_state_dicts([m.state_dict() for m in models]))
+    emb = models[0].embedding
+    assert emb.src_tokens.weight is emb.tgt_tokens.weight
+    torch.testing.assert_close(emb.src_tokens.weight.detach(), expected)
+
+
+def test_averaging_nothing_is_an_error():
+    with pytest.raises(ValueError, match="no checkpoints"):
+        average_state_dicts([])

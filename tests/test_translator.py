@@ -5,7 +5,7 @@ import torch
 
 from minimt.model import Transformer
 from minimt.tokenizer import TokenizerPair, train_bpe
-from minimt.translator import fit_to_model, translate_lines
+from minimt.translator import Translator, fit_to_model
 
 SENTENCES = [
     "Ein Hund rennt über die Wiese.",
@@ -34,10 +34,11 @@ def tiny():
     return model, tokenizers
 
 
-def translate(model, tokenizers, lines, batch_tokens=1000):
-    return translate_lines(
-        model, tokenizers, lines, batch_tokens=batch_tokens, max_len_a=1.0, max_len_b=5
+def translate(model, tokenizers, lines, batch_tokens=1000, beam=1):
+    translator = Translator(
+        model, tokenizers, max_len_a=1.0, max_len_b=5, batch_tokens=batch_tokens
     )
+    return translator.translate(lines, beam=beam)
 
 
 def test_output_order_matches_input_whatever_the_batching(tiny):
@@ -46,6 +47,20 @@ def test_output_order_matches_input_whatever_the_batching(tiny):
     alone = [translate(model, tokenizers, [s])[0] for s in SENTENCES]
     assert len(together) == len(SENTENCES) and together == alone
     assert translate(model, tokenizers, SENTENCES, batch_tokens=8) == together
+
+
+def test_blank_lines_give_empty_translations_and_beam_keeps_order(tiny):
+    model, tokenizers = tiny
+    hyps = translate(model, tokenizers, ["", SENTENCES[0], "   ", SENTENCES[1]], beam=3)
+    assert hyps[0] == "" and hyps[2] == ""
+    assert hyps[1] == translate(model, tokenizers, [SENTENCES[0]], beam=3)[0]
+
+
+def test_beam_one_is_greedy(tiny):
+    model, tokenizers = tiny
+    assert translate(model, tokenizers, SENTENCES, beam=1) == translate(
+        model, tokenizers, SENTENCES
+    )
 
 
 def test_a_source_longer_than_the_model_allows_is_cut_with_a_warning(tiny, caplog):

@@ -2,5 +2,6 @@
 
 from minimt.embedding import Seq2SeqEmbedding
 from minimt.model import Transformer
+from minimt.translator import Translator
 
-__all__ = ["Seq2SeqEmbedding", "Transformer"]
+__all__ = ["Seq2SeqEmbedding", "Transformer", "Translator"]

@@ -88,9 +88,13 @@ RULES: dict[str, Rule] = {
     "trainer.max_minutes": positive_number,
     "trainer.val_every": positive_int,
     "trainer.log_every": positive_int,
+    "trainer.save_every": positive_int,
+    "trainer.keep_checkpoints": positive_int,
     "trainer.num_threads": optional_positive_int,
     "decoding.max_len_a": non_negative_number,
     "decoding.max_len_b": positive_int,
+    "decoding.test_beam": positive_int,
+    "decoding.length_penalty": non_negative_number,
 }
 
 

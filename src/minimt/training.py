@@ -15,15 +15,21 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from minimt.checkpoint import load_checkpoint, save_checkpoint, save_json
+from minimt.checkpoint import (
+    load_checkpoint,
+    remove_old_checkpoints,
+    save_checkpoint,
+    save_json,
+)
 from minimt.config import validate_config
 from minimt.corpus import load_multi30k, read_parallel
 from minimt.data import Batch, BatchedPairs, filter_training_pairs, tokenize_pairs
 from minimt.loss import label_smoothed_cross_entropy
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
+from minimt.rundir import build_model, pick_device, resolve_precision
 from minimt.tokenizer import PAD_ID, TokenizerPair, build_tokenizers
-from minimt.translator import translate_lines
+from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -70,62 +76,6 @@ def load_text_splits(data: DictConfig) -> TextSplits:
 
 def _first(pairs: Pairs, n: int | None) -> Pairs:
     return pairs if n is None else (pairs[0][:n], pairs[1][:n])
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
-            "trainer.device=cuda but no CUDA device is available; use trainer.device=cpu"
-        )
-    return torch.device(name)
-
-
-def bf16_supported(device: torch.device) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """ "auto" becomes bf16 where the device has fast bf16 matrix units, else fp32."""
-    if precision == "auto":
-        return "bf16" if bf16_supported(device) else "fp32"
-    return precision
-
-
-def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
-    """The model a config describes; the one place where config becomes a model."""
-    m = cfg.model
-    return Transformer(
-        src_vocab_size,
-        tgt_vocab_size,
-        d_model=m.d_model,
-        n_heads=m.n_heads,
-        n_encoder_layers=m.n_encoder_layers,
-        n_decoder_layers=m.n_decoder_layers,
-        d_ff=m.d_ff,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        max_seq_len=m.max_seq_len,
-        pad_id=PAD_ID,
-        pos_encoding=cfg.pe.name,
-        scale_embedding=cfg.embedding.scale,
-        share_embeddings=cfg.embedding.share,
-        norm_first=m.norm_first,
-    )
-
-
-def load_model(run_dir: str | Path, checkpoint: str = "best") -> tuple[Transformer, TokenizerPair]:
-    """Rebuild a trained model and its tokenizers from a run directory alone."""
-    run_dir = Path(run_dir)
-    saved = load_checkpoint(run_dir / "checkpoints" / f"{checkpoint}.pt")
-    tokenizers = TokenizerPair.load(run_dir)
-    cfg = OmegaConf.create(saved["config"])
-    model = build_model(cfg, tokenizers.src_vocab_size, tokenizers.tgt_vocab_size)
-    model.load_state_dict(saved["model"])
-    return model, tokenizers
 
 
 def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
@@ -177,19 +127,22 @@ def validation_nll(model: Transformer, batches: BatchedPairs, autocast: torch.au
 
 
 def score(
-    model: Transformer, tokenizers: TokenizerPair, pairs: Pairs, cfg: DictConfig, autocast
+    translator: Translator, pairs: Pairs, beam: int, length_penalty: float
 ) -> tuple[CorpusScores, list[str]]:
-    """Greedy-translate the source side of `pairs` and score it against the raw references."""
-    with autocast:
-        hyps = translate_lines(
-            model,
-            tokenizers,
-            pairs[0],
-            batch_tokens=cfg.trainer.batch_tokens,
-            max_len_a=cfg.decoding.max_len_a,
-            max_len_b=cfg.decoding.max_len_b,
-        )
+    """Translate the source side of `pairs` and score it against the raw references."""
+    hyps = translator.translate(pairs[0], beam=beam, length_penalty=length_penalty)
     return corpus_scores(hyps, pairs[1]), hyps
+
+
+def make_translator(model: Transformer, tokenizers: TokenizerPair, cfg: DictConfig, precision: str):
+    return Translator(
+        model,
+        tokenizers,
+        max_len_a=cfg.decoding.max_len_a,
+        max_len_b=cfg.decoding.max_len_b,
+        batch_tokens=cfg.trainer.batch_tokens,
+        precision=precision,
+    )
 
 
 def checkpoint_dict(model, optimizer, scheduler, state: TrainState, cfg: DictConfig) -> dict:
@@ -279,22 +232,30 @@ class Window:
         return self.tokens / (time.monotonic() - self.start)
 
 
-def validate(model, data: RunData, cfg: DictConfig, autocast) -> tuple[float, CorpusScores]:
-    """Validation NLL per target token and greedy-decoded corpus scores."""
-    nll = validation_nll(model, data.val_batches, autocast)
-    scores, _ = score(model, data.tokenizers, data.splits.val, cfg, autocast)
+def validate(
+    translator: Translator, data: RunData, cfg: DictConfig, autocast: torch.autocast
+) -> tuple[float, CorpusScores]:
+    """Validation NLL per target token, and corpus scores of cached greedy decoding."""
+    nll = validation_nll(translator.model, data.val_batches, autocast)
+    scores, _ = score(translator, data.splits.val, beam=1, length_penalty=1.0)
     return nll, scores
 
 
-def score_test_sets(model, data: RunData, cfg: DictConfig, autocast, run_dir: Path) -> dict:
-    """Scores per test set (hypotheses written to hyps.<name>.txt)."""
+def score_test_sets(translator: Translator, data: RunData, cfg: DictConfig, run_dir: Path) -> dict:
+    """Scores per test set with beam decoding.test_beam (hypotheses in hyps.<name>.txt)."""
+    beam, alpha = cfg.decoding.test_beam, cfg.decoding.length_penalty
     results = {}
     for name, pairs in data.splits.tests.items():
-        scores, hyps = score(model, data.tokenizers, pairs, cfg, autocast)
+        scores, hyps = score(translator, pairs, beam, alpha)
         (run_dir / f"hyps.{name}.txt").write_text("".join(h + "\n" for h in hyps))
-        results[name] = {**scores.as_dict(), "beam": 1, "checkpoint": "best"}
+        results[name] = {**scores.as_dict(), "beam": beam, "length_penalty": alpha}
         log.info(
-            "%s: BLEU %.2f chrF %.2f | %s", name, scores.bleu, scores.chrf, scores.bleu_signature
+            "%s (beam %d): BLEU %.2f chrF %.2f | %s",
+            name,
+            beam,
+            scores.bleu,
+            scores.chrf,
+            scores.bleu_signature,
         )
     return results
 
@@ -324,10 +285,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         precision,
     )
     optimizer, scheduler = make_optimizer(model, trainer)
+    translator = make_translator(model, data.tokenizers, cfg, precision)
     state, ckpt_dir = TrainState(), run_dir / "checkpoints"
 
     def validate_and_save() -> None:
-        nll, scores = validate(model, data, cfg, autocast)
+        nll, scores = validate(translator, data, cfg, autocast)
         state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
         log_scalars(
             writer,
@@ -395,6 +357,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
                 if state.step % trainer.log_every == 0 or done:
                     log_window(window, grad_norm)
                     window = Window()
+                if state.step % trainer.save_every == 0:
+                    save_checkpoint(
+                        ckpt_dir / f"step_{state.step}.pt", weights_dict(model, state, cfg)
+                    )
+                    remove_old_checkpoints(ckpt_dir, trainer.keep_checkpoints)
                 if state.step % trainer.val_every == 0 or done:
                     validate_and_save()
                 if done:
@@ -410,7 +377,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
 
         log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
         model.load_state_dict(load_checkpoint(ckpt_dir / "best.pt")["model"])
-        tests = score_test_sets(model, data, cfg, autocast, run_dir)
+        tests = score_test_sets(translator, data, cfg, run_dir)
+        for result in tests.values():
+            result["checkpoint"] = "best"
         for i, (name, result) in enumerate(tests.items()):  # the first test set is the headline
             prefix = "test" if i == 0 else f"test/{name}"
             log_scalars(

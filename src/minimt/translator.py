@@ -1,13 +1,22 @@
-"""Translate lists of sentences with a trained model: batch by length, decode, detokenize."""
+"""Translate sentences with a trained model: batch by length, decode, detokenize.
+
+from minimt import Translator
+t = Translator.from_run("outputs/2026-11-21/10-00-00", checkpoint="best")
+t.translate(["Ein Hund rennt über die Wiese."], beam=5)
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
+
+import torch
 
 from minimt.data import source_tensor, token_batches
-from minimt.decoding import greedy_decode
+from minimt.decoding import beam_search, greedy_decode
 from minimt.model import Transformer
+from minimt.rundir import load_model, pick_device, resolve_precision
 from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
 log = logging.getLogger(__name__)
@@ -30,35 +39,86 @@ def fit_to_model(src_ids: list[list[int]], limit: int) -> list[list[int]]:
     return [ids[:limit] for ids in src_ids]
 
 
-def translate_lines(
-    model: Transformer,
-    tokenizers: TokenizerPair,
-    lines: Sequence[str],
-    *,
-    batch_tokens: int,
-    max_len_a: float,
-    max_len_b: int,
-) -> list[str]:
-    """Greedy translations of `lines`, in input order; batches hold sentences of similar length.
+class Translator:
+    """A model, its tokenizers and decoding settings: text in, text out, input order kept."""
 
-    Runs under whatever autocast context the caller has entered.
-    """
-    device = next(model.parameters()).device
-    src_ids = fit_to_model(tokenizers.encode_src(lines), model.max_seq_len - 1)  # room for <eos>
-    lengths = [len(ids) + 1 for ids in src_ids]
-    outputs: list[list[int]] = [[] for _ in lines]
-    model.eval()
-    for indices in token_batches(lengths, batch_tokens):
-        src = source_tensor([src_ids[i] for i in indices]).to(device)
-        hyps = greedy_decode(
-            model,
-            src,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            pad_id=PAD_ID,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizers: TokenizerPair,
+        *,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        batch_tokens: int = 4096,
+        precision: str = "fp32",
+        use_cache: bool = True,
+    ):
+        self.model = model
+        self.tokenizers = tokenizers
+        self.max_len_a = max_len_a
+        self.max_len_b = max_len_b
+        self.batch_tokens = batch_tokens
+        self.precision = precision
+        self.use_cache = use_cache  # False re-runs the decoder over the prefix (for benchmarks)
+
+    @classmethod
+    def from_run(
+        cls,
+        run_dir: str | Path,
+        checkpoint: str = "best",
+        device: str = "auto",
+        batch_tokens: int | None = None,
+    ) -> Translator:
+        """Rebuild from a run directory; checkpoint is best, last, averaged or a path."""
+        model, tokenizers, cfg = load_model(run_dir, checkpoint)
+        torch_device = pick_device(device)
+        return cls(
+            model.to(torch_device),
+            tokenizers,
+            max_len_a=cfg.decoding.max_len_a,
+            max_len_b=cfg.decoding.max_len_b,
+            batch_tokens=batch_tokens or cfg.trainer.batch_tokens,
+            precision=resolve_precision(cfg.trainer.precision, torch_device),
         )
-        for i, hyp in zip(indices, hyps, strict=True):
-            outputs[i] = hyp
-    return tokenizers.decode_tgt(outputs)
+
+    def translate(
+        self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
+    ) -> list[str]:
+        """Translations of `lines` in input order; blank lines give empty translations."""
+        if beam < 1:
+            raise ValueError(f"beam must be >= 1, got {beam}")
+        outputs = [""] * len(lines)
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        hyps = self.translate_ids([lines[i] for i in todo], beam, length_penalty)
+        for i, text in zip(todo, self.tokenizers.decode_tgt(hyps), strict=True):
+            outputs[i] = text
+        return outputs
+
+    def translate_ids(
+        self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
+    ) -> list[list[int]]:
+        """Best target ids per line (no specials), decoding batches of similar source length."""
+        device = next(self.model.parameters()).device
+        src_ids = fit_to_model(self.tokenizers.encode_src(lines), self.model.max_seq_len - 1)
+        outputs: list[list[int]] = [[] for _ in lines]
+        self.model.eval()
+        autocast = torch.autocast(device.type, torch.bfloat16, enabled=self.precision == "bf16")
+        # beam search holds beam hypotheses per sentence: keep the batch's work about the same
+        budget = max(self.batch_tokens // beam, 1)
+        for indices in token_batches([len(ids) + 1 for ids in src_ids], budget):
+            src = source_tensor([src_ids[i] for i in indices]).to(device)
+            with autocast:
+                best = self._decode(src, beam, length_penalty)
+            for i, hyp in zip(indices, best, strict=True):
+                outputs[i] = hyp
+        return outputs
+
+    def _decode(self, src: torch.Tensor, beam: int, length_penalty: float) -> list[list[int]]:
+        lengths = {"max_len_a": self.max_len_a, "max_len_b": self.max_len_b}
+        specials = {"bos_id": BOS_ID, "eos_id": EOS_ID, "pad_id": PAD_ID}
+        if beam == 1:
+            return greedy_decode(self.model, src, use_cache=self.use_cache, **specials, **lengths)
+        nbest = beam_search(
+            self.model, src, beam=beam, length_penalty=length_penalty, **specials, **lengths
+        )
+        return [hyps[0].tokens for hyps in nbest]

@@ -1,0 +1,74 @@
+"""Decoding speed of a trained run on test_2016_flickr, side by side in one process.
+
+    python scripts/benchmark_decoding.py run=DIR [repeats=3] [checkpoint=best]
+
+Measures sentences/s over the whole test set for cached greedy, uncached greedy (the decoder
+re-run over the whole prefix every step) and cached beam 5, each `repeats` times interleaved;
+prints medians and ratios and writes RUN/benchmark_decoding.json. Also reports BLEU of each.
+"""
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from minimt.checkpoint import save_json
+from minimt.cli import parse_args, setup_logging
+from minimt.corpus import load_multi30k
+from minimt.metrics import corpus_scores
+from minimt.rundir import load_model
+from minimt.translator import Translator
+
+DEFAULTS = {"run": "???", "checkpoint": "best", "repeats": 3, "split": "test_2016_flickr"}
+USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
+VARIANTS = {  # name: (use_cache, beam)
+    "greedy_cached": (True, 1),
+    "greedy_uncached": (False, 1),
+    "beam5_cached": (True, 5),
+}
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(DEFAULTS, argv, USAGE)
+    setup_logging()
+    run = Path(args.run)
+    _, _, cfg = load_model(run, args.checkpoint)
+    data = cfg.data
+    sources, references = load_multi30k(
+        data.url, data.dir, data.src_lang, data.tgt_lang, [args.split]
+    )[args.split]
+    translator = Translator.from_run(run, args.checkpoint)
+    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    bleu = {}
+    for _ in range(args.repeats):
+        for name, (use_cache, beam) in VARIANTS.items():
+            translator.use_cache = use_cache
+            start = time.perf_counter()
+            hyps = translator.translate(sources, beam=beam)
+            seconds[name].append(time.perf_counter() - start)
+            bleu[name] = corpus_scores(hyps, references).bleu
+    rates = {name: len(sources) / statistics.median(s) for name, s in seconds.items()}
+    report = {
+        "run": str(run),
+        "split": args.split,
+        "sentences": len(sources),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "precision": translator.precision,
+        "device": str(next(translator.model.parameters()).device),
+        "sentences_per_sec": rates,
+        "seconds": seconds,
+        "bleu": bleu,
+        "cached_over_uncached_greedy": rates["greedy_cached"] / rates["greedy_uncached"],
+    }
+    save_json(run / "benchmark_decoding.json", report)
+    print(f"{'variant':<16} {'sent/s (median)':>16} {'BLEU':>6}")
+    for name, rate in rates.items():
+        print(f"{name:<16} {rate:>16.1f} {bleu[name]:>6.2f}")
+    print(f"cached / uncached greedy: {report['cached_over_uncached_greedy']:.2f}x")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,55 @@
+"""Translate text with a trained run: stdin -> stdout, or files.
+
+echo "Ein Hund rennt über die Wiese." | python scripts/translate.py run=DIR
+python scripts/translate.py run=DIR input=file.de output=file.en beam=5 checkpoint=averaged
+"""
+
+import sys
+from pathlib import Path
+
+from minimt.cli import parse_args, setup_logging
+from minimt.translator import Translator
+
+DEFAULTS = {
+    "run": "???",
+    "checkpoint": "best",
+    "input": None,
+    "output": None,
+    "beam": 1,
+    "length_penalty": 1.0,
+    "batch_tokens": 4096,
+    "device": "auto",
+}
+USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
+
+
+def read_input_lines(stream, name: str) -> list[str]:
+    """Lines of a binary stream as strict UTF-8; a bad byte exits naming the line."""
+    lines = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as error:
+            sys.exit(f"error: {name} line {number} is not valid UTF-8 ({error.reason})")
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(DEFAULTS, argv, USAGE)
+    setup_logging()
+    translator = Translator.from_run(args.run, args.checkpoint, args.device, args.batch_tokens)
+    if args.input is None:
+        lines = read_input_lines(sys.stdin.buffer, "stdin")
+    else:
+        with open(args.input, "rb") as stream:
+            lines = read_input_lines(stream, args.input)
+    hyps = translator.translate(lines, beam=args.beam, length_penalty=args.length_penalty)
+    text = "".join(h + "\n" for h in hyps)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,85 @@
+"""The run-directory scripts in fresh processes: translate, evaluate, average_checkpoints."""
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from tests.helpers import REPO
+
+
+def script(name, *args, stdin=None, timeout=300):
+    return subprocess.run(
+        [sys.executable, f"scripts/{name}.py", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+def test_translate_keeps_line_alignment_with_empty_lines(smoke_run):
+    run_dir, _ = smoke_run
+    text = "Ein Hund rennt über eine Wiese.\n\nZwei Männer spielen Fußball.\n".encode()
+    result = script("translate", f"run={run_dir}", stdin=text)
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().split("\n")
+    assert len(lines) == 4 and lines[3] == ""  # three lines, each ending in a newline
+    assert lines[1] == "" and lines[0] and lines[2]
+
+
+def test_translate_in_a_fresh_process_matches_the_in_training_decoder(smoke_run, multi30k_dir):
+    run_dir, metrics = smoke_run
+    result = metrics["test"]["test_2016_flickr"]
+    source = run_dir.parent / "test.de"
+    subprocess.run(f"zcat {multi30k_dir}/test_2016_flickr.de.gz > {source}", shell=True, check=True)
+    out = run_dir.parent / "test.hyp.en"
+    done = script(
+        "translate",
+        f"run={run_dir}",
+        f"input={source}",
+        f"output={out}",
+        f"beam={result['beam']}",
+        f"length_penalty={result['length_penalty']}",
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert out.read_text() == (run_dir / "hyps.test_2016_flickr.txt").read_text()
+
+
+def test_translate_names_a_line_that_is_not_utf8(smoke_run):
+    run_dir, _ = smoke_run
+    result = script("translate", f"run={run_dir}", stdin=b"Ein Hund.\nkaputt \xff\n")
+    assert result.returncode != 0 and b"stdin line 2 is not valid UTF-8" in result.stderr
+
+
+def test_translate_rejects_an_unknown_argument(smoke_run):
+    run_dir, _ = smoke_run
+    result = script("translate", f"run={run_dir}", "beem=5", stdin=b"")
+    assert result.returncode != 0 and b"beem" in result.stderr
+
+
+def test_evaluate_prints_the_table_and_appends_metrics(smoke_run):
+    run_dir, _ = smoke_run
+    result = script("evaluate", f"run={run_dir}", "split=[val,test_2016_flickr]", "beam=[1,2]")
+    assert result.returncode == 0, result.stderr.decode()
+    stdout = result.stdout.decode()
+    assert "nrefs:1" in stdout and stdout.count("best") == 4
+    evaluated = json.loads((run_dir / "metrics.json").read_text())["eval"]
+    for key in ("val.beam1.best", "val.beam2.best", "test_2016_flickr.beam1.best"):
+        assert 0 <= evaluated[key]["bleu"] <= 100 and "nrefs:1" in evaluated[key]["signature"]
+    assert (run_dir / "hyps" / "test_2016_flickr.beam2.best.txt").is_file()
+
+
+def test_averaged_checkpoint_is_written_and_evaluated(smoke_run):
+    run_dir, _ = smoke_run
+    result = script("average_checkpoints", f"run={run_dir}", "last=3")
+    assert result.returncode == 0, result.stderr.decode()
+    averaged = torch.load(run_dir / "checkpoints" / "averaged.pt", weights_only=True)
+    assert averaged["averaged_from"] == ["step_50.pt", "step_75.pt", "step_100.pt"]
+    result = script("evaluate", f"run={run_dir}", "checkpoint=averaged", "beam=1")
+    assert result.returncode == 0, result.stderr.decode()
+    assert (
+        "test_2016_flickr.beam1.averaged"
+        in json.loads((run_dir / "metrics.json").read_text())["eval"]
+    )
