@@ -1,9 +1,12 @@
-"""Shared test helpers: compose the real Hydra config."""
+"""Shared test helpers: compose the real Hydra config, build a tiny model."""
 
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+
+from minimt.model import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -12,3 +15,19 @@ def compose_config(*overrides: str) -> DictConfig:
     """The config `scripts/train.py` would see with these command-line overrides."""
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
+
+
+def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> Transformer:
+    """A seeded Transformer small enough for unit tests (d_model 16, 2+2 layers, no dropout)."""
+    torch.manual_seed(seed)
+    args = dict(
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_seq_len=72,
+        pad_id=0,
+    )
+    return Transformer(vocab_size, vocab_size, **(args | overrides))

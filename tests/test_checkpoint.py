@@ -12,6 +12,7 @@ from minimt.checkpoint import (
     save_json,
     step_checkpoints,
 )
+from tests.helpers import tiny_transformer
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -59,23 +60,7 @@ def test_rotation_keeps_the_newest_numbered_checkpoints(tmp_path):
 
 
 def test_average_of_state_dicts_and_tying_survive_loading():
-    from minimt.model import Transformer
-
-    models = []
-    for seed in range(3):
-        torch.manual_seed(seed)
-        models.append(
-            Transformer(
-                30,
-                30,
-                d_model=16,
-                n_heads=2,
-                n_encoder_layers=1,
-                n_decoder_layers=1,
-                d_ff=32,
-                max_seq_len=20,
-            )
-        )
+    models = [tiny_transformer(30, seed) for seed in range(3)]
     tables = [m.embedding.src_tokens.weight.detach().double() for m in models]
     expected = (sum(tables) / 3).float()
     models[0].load_state_dict(average_state_dicts([m.state_dict() for m in models]))

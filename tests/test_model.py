@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from minimt.model import Transformer, attention, causal_mask, padding_mask
+from tests.helpers import tiny_transformer
 
 PAD = 0
 VOCAB = 24
@@ -10,18 +11,7 @@ MAX_SEQ_LEN = 72
 
 
 def make_model(seed: int = 0, **overrides) -> Transformer:
-    torch.manual_seed(seed)
-    args = dict(
-        d_model=16,
-        n_heads=2,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        d_ff=32,
-        dropout=0.0,
-        max_seq_len=MAX_SEQ_LEN,
-        pad_id=PAD,
-    )
-    return Transformer(VOCAB, VOCAB, **(args | overrides)).eval()
+    return tiny_transformer(VOCAB, seed, **({"max_seq_len": MAX_SEQ_LEN} | overrides)).eval()
 
 
 def random_ids(shape: tuple[int, ...], seed: int = 1) -> torch.Tensor:

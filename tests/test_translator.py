@@ -1,11 +1,10 @@
 import logging
 
 import pytest
-import torch
 
-from minimt.model import Transformer
 from minimt.tokenizer import TokenizerPair, train_bpe
 from minimt.translator import Translator, fit_to_model
+from tests.helpers import tiny_transformer
 
 SENTENCES = [
     "Ein Hund rennt über die Wiese.",
@@ -20,12 +19,9 @@ SENTENCES = [
 def tiny():
     tokenizer = train_bpe(SENTENCES * 3, vocab_size=300)
     tokenizers = TokenizerPair(tokenizer, tokenizer)
-    torch.manual_seed(0)
-    model = Transformer(
+    model = tiny_transformer(
         tokenizers.src_vocab_size,
-        tokenizers.tgt_vocab_size,
         d_model=32,
-        n_heads=2,
         n_encoder_layers=1,
         n_decoder_layers=1,
         d_ff=64,
