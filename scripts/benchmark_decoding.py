@@ -18,7 +18,6 @@ from minimt.checkpoint import save_json
 from minimt.cli import parse_args, setup_logging
 from minimt.corpus import load_multi30k
 from minimt.metrics import corpus_scores
-from minimt.rundir import load_model
 from minimt.translator import Translator
 
 DEFAULTS = {"run": "???", "checkpoint": "best", "repeats": 3, "split": "test_2016_flickr"}
@@ -34,12 +33,11 @@ def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()
     run = Path(args.run)
-    _, _, cfg = load_model(run, args.checkpoint)
-    data = cfg.data
+    translator = Translator.from_run(run, args.checkpoint)
+    data = translator.config.data
     sources, references = load_multi30k(
         data.url, data.dir, data.src_lang, data.tgt_lang, [args.split]
     )[args.split]
-    translator = Translator.from_run(run, args.checkpoint)
     seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
     bleu = {}
     for _ in range(args.repeats):

@@ -20,7 +20,6 @@ from minimt.checkpoint import average_last_checkpoints, save_json
 from minimt.cli import parse_args, setup_logging
 from minimt.corpus import DataError, load_multi30k, read_lines, read_parallel
 from minimt.metrics import corpus_scores
-from minimt.rundir import load_model
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -66,9 +65,8 @@ def main(argv: list[str]) -> None:
         average_last_checkpoints(run / "checkpoints", args.average)
         checkpoint = "averaged"
     translator = Translator.from_run(run, checkpoint, args.device, args.batch_tokens)
-    _, _, cfg = load_model(run, checkpoint)
     try:
-        sets = evaluation_sets(args, cfg.data)
+        sets = evaluation_sets(args, translator.config.data)
     except DataError as error:
         sys.exit(f"error: {error}")
 

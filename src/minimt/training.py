@@ -134,17 +134,6 @@ def score(
     return corpus_scores(hyps, pairs[1]), hyps
 
 
-def make_translator(model: Transformer, tokenizers: TokenizerPair, cfg: DictConfig, precision: str):
-    return Translator(
-        model,
-        tokenizers,
-        max_len_a=cfg.decoding.max_len_a,
-        max_len_b=cfg.decoding.max_len_b,
-        batch_tokens=cfg.trainer.batch_tokens,
-        precision=precision,
-    )
-
-
 def checkpoint_dict(model, optimizer, scheduler, state: TrainState, cfg: DictConfig) -> dict:
     """Everything needed to continue training (last.pt)."""
     return {
@@ -233,7 +222,7 @@ class Window:
 
 
 def validate(
-    translator: Translator, data: RunData, cfg: DictConfig, autocast: torch.autocast
+    translator: Translator, data: RunData, autocast: torch.autocast
 ) -> tuple[float, CorpusScores]:
     """Validation NLL per target token, and corpus scores of cached greedy decoding."""
     nll = validation_nll(translator.model, data.val_batches, autocast)
@@ -285,11 +274,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         precision,
     )
     optimizer, scheduler = make_optimizer(model, trainer)
-    translator = make_translator(model, data.tokenizers, cfg, precision)
+    translator = Translator.from_config(model, data.tokenizers, cfg, precision)
     state, ckpt_dir = TrainState(), run_dir / "checkpoints"
 
     def validate_and_save() -> None:
-        nll, scores = validate(translator, data, cfg, autocast)
+        nll, scores = validate(translator, data, autocast)
         state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
         log_scalars(
             writer,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from omegaconf import DictConfig
 
 from minimt.data import source_tensor, token_batches
 from minimt.decoding import beam_search, greedy_decode
@@ -60,6 +61,28 @@ class Translator:
         self.batch_tokens = batch_tokens
         self.precision = precision
         self.use_cache = use_cache  # False re-runs the decoder over the prefix (for benchmarks)
+        self.config: DictConfig | None = None  # the run's config, when built from one
+
+    @classmethod
+    def from_config(
+        cls,
+        model: Transformer,
+        tokenizers: TokenizerPair,
+        cfg: DictConfig,
+        precision: str,
+        batch_tokens: int | None = None,
+    ) -> Translator:
+        """The decoding settings of a run's config (kept as `translator.config`)."""
+        translator = cls(
+            model,
+            tokenizers,
+            max_len_a=cfg.decoding.max_len_a,
+            max_len_b=cfg.decoding.max_len_b,
+            batch_tokens=batch_tokens or cfg.trainer.batch_tokens,
+            precision=precision,
+        )
+        translator.config = cfg
+        return translator
 
     @classmethod
     def from_run(
@@ -72,14 +95,8 @@ class Translator:
         """Rebuild from a run directory; checkpoint is best, last, averaged or a path."""
         model, tokenizers, cfg = load_model(run_dir, checkpoint)
         torch_device = pick_device(device)
-        return cls(
-            model.to(torch_device),
-            tokenizers,
-            max_len_a=cfg.decoding.max_len_a,
-            max_len_b=cfg.decoding.max_len_b,
-            batch_tokens=batch_tokens or cfg.trainer.batch_tokens,
-            precision=resolve_precision(cfg.trainer.precision, torch_device),
-        )
+        precision = resolve_precision(cfg.trainer.precision, torch_device)
+        return cls.from_config(model.to(torch_device), tokenizers, cfg, precision, batch_tokens)
 
     def translate(
         self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
