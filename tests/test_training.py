@@ -10,8 +10,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from minimt.corpus import DataError
+from minimt.rundata import load_text_splits
 from minimt.rundir import load_model
-from minimt.training import inverse_sqrt_lr, load_text_splits, score, train
+from minimt.training import inverse_sqrt_lr, score, train
 from minimt.translator import Translator
 from tests.helpers import REPO, compose_config
 

@@ -143,6 +143,10 @@ class BatchedPairs:
         rng = None if self.seed is None else random.Random(self.seed * 100_003 + epoch)
         return token_batches(self.lengths, self.batch_tokens, rng)
 
+    def collate(self, indices: Sequence[int]) -> Batch:
+        """The padded batch of the pairs at `indices`."""
+        return collate([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
+
     def iterate(self, epoch: int = 0) -> Iterator[Batch]:
         for indices in self.batches(epoch):
-            yield collate([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
+            yield self.collate(indices)

@@ -22,27 +22,16 @@ from minimt.checkpoint import (
     save_json,
 )
 from minimt.config import validate_config
-from minimt.corpus import load_multi30k, read_parallel
-from minimt.data import Batch, BatchedPairs, filter_training_pairs, tokenize_pairs
+from minimt.data import Batch, BatchedPairs
 from minimt.loss import label_smoothed_cross_entropy
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
+from minimt.rundata import Pairs, RunData, prepare_data
 from minimt.rundir import build_model, pick_device, resolve_precision
-from minimt.tokenizer import PAD_ID, TokenizerPair, build_tokenizers
+from minimt.tokenizer import PAD_ID
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
-
-Pairs = tuple[list[str], list[str]]
-
-
-@dataclass
-class TextSplits:
-    """Raw (source lines, target lines) for training, validation and each named test set."""
-
-    train: Pairs
-    val: Pairs
-    tests: dict[str, Pairs]
 
 
 @dataclass
@@ -56,26 +45,6 @@ class TrainState:
     best_val_bleu: float = -1.0
     best_step: int = 0
     val_history: list[dict[str, float]] = field(default_factory=list)
-
-
-def load_text_splits(data: DictConfig) -> TextSplits:
-    """Read the corpus that `data` names (Multi30k or any parallel text), limited as configured."""
-    if data.name == "multi30k":
-        names = ["train", "val", *data.test_sets]
-        splits = load_multi30k(data.url, data.dir, data.src_lang, data.tgt_lang, names)
-        tests = {name: splits[name] for name in data.test_sets}
-        train, val = splits["train"], splits["val"]
-    else:
-        train = read_parallel(data.train.src, data.train.tgt)
-        val = read_parallel(data.val.src, data.val.tgt)
-        tests = {"test": read_parallel(data.test.src, data.test.tgt)}
-    return TextSplits(
-        train=_first(train, data.max_train_pairs), val=_first(val, data.max_val_pairs), tests=tests
-    )
-
-
-def _first(pairs: Pairs, n: int | None) -> Pairs:
-    return pairs if n is None else (pairs[0][:n], pairs[1][:n])
 
 
 def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
@@ -155,35 +124,6 @@ def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict
 def log_scalars(writer: SummaryWriter, prefix: str, values: dict[str, float], step: int) -> None:
     for name, value in values.items():
         writer.add_scalar(f"{prefix}/{name}", value, step)
-
-
-@dataclass
-class RunData:
-    """A run's raw splits, tokenizers and token-count batches."""
-
-    splits: TextSplits
-    tokenizers: TokenizerPair
-    train_batches: BatchedPairs
-    val_batches: BatchedPairs
-
-
-def prepare_data(cfg: DictConfig, run_dir: Path) -> RunData:
-    """Read the corpus, train (or reuse) the BPE tokenizers, tokenize and batch."""
-    splits = load_text_splits(cfg.data)
-    tokenizers = build_tokenizers(
-        *splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
-    )
-    tokenizers.save(run_dir)
-    train_pairs = filter_training_pairs(
-        tokenize_pairs(tokenizers, *splits.train), cfg.data.max_train_len
-    )
-    batch_tokens = cfg.trainer.batch_tokens
-    return RunData(
-        splits=splits,
-        tokenizers=tokenizers,
-        train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
-        val_batches=BatchedPairs(tokenize_pairs(tokenizers, *splits.val), batch_tokens),
-    )
 
 
 def make_optimizer(
