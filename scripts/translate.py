@@ -41,14 +41,18 @@ def main(argv: list[str]) -> None:
     if args.input is None:
         lines = read_input_lines(sys.stdin.buffer, "stdin")
     else:
-        with open(args.input, "rb") as stream:
-            lines = read_input_lines(stream, args.input)
+        try:
+            with open(args.input, "rb") as stream:
+                lines = read_input_lines(stream, args.input)
+        except OSError as error:
+            sys.exit(f"error: cannot read input={args.input} ({error.strerror})")
     hyps = translator.translate(lines, beam=args.beam, length_penalty=args.length_penalty)
-    text = "".join(h + "\n" for h in hyps)
+    # UTF-8 whatever the locale, like the input: a latin-1 or ASCII terminal must not crash it.
+    text = "".join(h + "\n" for h in hyps).encode("utf-8")
     if args.output is None:
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(text)
     else:
-        Path(args.output).write_text(text, encoding="utf-8")
+        Path(args.output).write_bytes(text)
 
 
 if __name__ == "__main__":

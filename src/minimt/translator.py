@@ -22,6 +22,10 @@ from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
 log = logging.getLogger(__name__)
 
+# Every character str.splitlines() breaks at: an output with one would span several lines of a
+# hypothesis file. Byte-level BPE can emit them (the model is free to produce a b"\n" token).
+_LINE_BREAKS_TO_SPACES = str.maketrans(dict.fromkeys("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
+
 
 def fit_to_model(src_ids: list[list[int]], limit: int) -> list[list[int]]:
     """Cut sources longer than `limit` tokens to their first `limit`, with a warning naming them."""
@@ -101,14 +105,18 @@ class Translator:
     def translate(
         self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
     ) -> list[str]:
-        """Translations of `lines` in input order; blank lines give empty translations."""
+        """Translations of `lines` in input order, each one line; blank lines give empty ones.
+
+        Line breaks in a decoded translation become spaces, so a file of translations stays
+        aligned with its source file.
+        """
         if beam < 1:
             raise ValueError(f"beam must be >= 1, got {beam}")
         outputs = [""] * len(lines)
         todo = [i for i, line in enumerate(lines) if line.strip()]
         hyps = self.translate_ids([lines[i] for i in todo], beam, length_penalty)
         for i, text in zip(todo, self.tokenizers.decode_tgt(hyps), strict=True):
-            outputs[i] = text
+            outputs[i] = text.translate(_LINE_BREAKS_TO_SPACES)
         return outputs
 
     def translate_ids(
