@@ -12,11 +12,22 @@ import pytest
 from minimt.corpus import (
     MULTI30K_SHA256,
     DataError,
+    count_lines,
     fetch_multi30k_file,
     load_multi30k,
+    parallel_files,
     read_parallel,
     sha256_of,
 )
+
+
+def streamed(src, tgt, limit=None):
+    """What parallel_files reads, as read_parallel's (source lines, target lines)."""
+    corpus = parallel_files(src, tgt, limit)
+    return list(corpus.src_lines()), list(corpus.tgt_lines())
+
+
+READERS = pytest.mark.parametrize("read", [read_parallel, streamed], ids=["lists", "streamed"])
 
 
 @pytest.fixture
@@ -142,43 +153,74 @@ def test_real_corpus_line_counts(tmp_path, multi30k_dir):
     assert data["val"][0][0] == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
 
 
-def test_read_parallel_keeps_everything_but_the_newline(tmp_path):
+@READERS
+def test_reading_keeps_everything_but_the_newline(tmp_path, read):
     src, tgt = tmp_path / "a.de.gz", tmp_path / "a.en"
     src.write_bytes(gzip.compress(b" Ein  Mann\r\n\tlacht \r\n\n"))
     tgt.write_bytes(b"A  man\nlaughs\rloudly\nlast line without newline ")
-    assert read_parallel(src, tgt) == (
+    assert read(src, tgt) == (
         [" Ein  Mann", "\tlacht ", ""],
         ["A  man", "laughs\rloudly", "last line without newline "],
     )
+    assert count_lines(src) == count_lines(tgt) == 3
 
 
-def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
+@pytest.mark.parametrize("text", [b"", b"a", b"a\n", b"a\n\n", b"\n", b"a\nb"])
+def test_count_lines_counts_what_is_read(tmp_path, text):
+    path = tmp_path / "f.txt"
+    path.write_bytes(text)
+    assert count_lines(path) == len(read_parallel(path, path)[0])
+
+
+def test_streamed_pairs_stop_at_the_limit(tmp_path):
+    src, tgt = tmp_path / "a.de", tmp_path / "a.en"
+    src.write_text("eins\nzwei\ndrei\n", encoding="utf-8")
+    tgt.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    corpus = parallel_files(src, tgt, limit=2)
+    assert corpus.num_pairs == 2 and parallel_files(src, tgt, limit=9).num_pairs == 3
+    assert list(corpus.rows()) == [{"src": "eins", "tgt": "one"}, {"src": "zwei", "tgt": "two"}]
+
+
+def test_fingerprint_follows_the_bytes_and_the_limit(tmp_path):
+    for name, text in [("a", "x\ny\n"), ("b", "x\ny\n"), ("c", "x\nz\n")]:
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    fingerprint = parallel_files(tmp_path / "a", tmp_path / "a").fingerprint
+    assert parallel_files(tmp_path / "b", tmp_path / "b").fingerprint == fingerprint
+    assert parallel_files(tmp_path / "a", tmp_path / "c").fingerprint != fingerprint
+    assert parallel_files(tmp_path / "a", tmp_path / "a", limit=1).fingerprint != fingerprint
+
+
+@READERS
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path, read):
     src, tgt = tmp_path / "train.de", tmp_path / "train.en"
     src.write_text("Satz\n" * 300, encoding="utf-8")
     tgt.write_text("sentence\n" * 299, encoding="utf-8")
     with pytest.raises(DataError) as error:
-        read_parallel(src, tgt)
+        read(src, tgt)
     message = str(error.value)
     assert f"{src} has 300 lines" in message and f"{tgt} has 299 lines" in message
 
 
-def test_invalid_utf8_names_file_and_line(tmp_path):
+@READERS
+def test_invalid_utf8_names_file_and_line(tmp_path, read):
     src, tgt = tmp_path / "bad.de", tmp_path / "ok.en"
     src.write_bytes(b"eins\nzwei\ndr\xffei\nvier\n")
     tgt.write_text("one\ntwo\nthree\nfour\n", encoding="utf-8")
     with pytest.raises(DataError, match=re.escape(f"{src} line 3 ")):
-        read_parallel(src, tgt)
+        read(src, tgt)
 
 
-def test_missing_file_names_the_path(tmp_path):
+@READERS
+def test_missing_file_names_the_path(tmp_path, read):
     missing = tmp_path / "missing.de"
     (tmp_path / "ok.en").write_text("one\n", encoding="utf-8")
     with pytest.raises(DataError, match=re.escape(str(missing))):
-        read_parallel(missing, tmp_path / "ok.en")
+        read(missing, tmp_path / "ok.en")
 
 
-def test_broken_gzip_is_a_data_error(tmp_path):
+@READERS
+def test_broken_gzip_is_a_data_error(tmp_path, read):
     broken = tmp_path / "broken.de.gz"
     broken.write_bytes(b"plain text, not gzip\n")
     with pytest.raises(DataError, match=re.escape(str(broken))):
-        read_parallel(broken, broken)
+        read(broken, broken)

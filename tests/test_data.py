@@ -67,3 +67,37 @@ def test_filter_drops_empty_and_long_pairs_and_logs_counts(caplog):
 def test_filter_keeps_pairs_at_the_limit(max_len):
     kept = filter_training_pairs(id_pairs([[1] * max_len], [[2] * max_len]), max_len=max_len)
     assert len(kept) == 1
+
+
+def reference_batches(src_ids, tgt_ids, batch_tokens, seed, epoch):
+    """Batches as BatchedPairs made them from Python lists, before it read from Arrow."""
+    lengths = [max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids, strict=True)]
+    return token_batches(lengths, batch_tokens, random.Random(seed * 100_003 + epoch))
+
+
+def test_batches_from_a_filtered_arrow_file_match_the_list_reference(tmp_path):
+    rng = random.Random(0)
+    src = [[rng.randint(4, 99) for _ in range(rng.randint(0, 12))] for _ in range(3000)]
+    tgt = [[rng.randint(4, 99) for _ in range(rng.randint(0, 12))] for _ in range(3000)]
+    on_disk = datasets.Dataset.from_generator(
+        lambda: ({"src_ids": s, "tgt_ids": t} for s, t in zip(src, tgt, strict=True)),
+        cache_dir=str(tmp_path),
+    )
+    assert on_disk.cache_files  # memory-mapped, not in memory
+    kept = [(s, t) for s, t in zip(src, tgt, strict=True) if s and t and max(len(s), len(t)) <= 10]
+    kept_src, kept_tgt = map(list, zip(*kept, strict=True))
+
+    batched = BatchedPairs(filter_training_pairs(on_disk, max_len=10), batch_tokens=64, seed=5)
+
+    for epoch in (0, 1):
+        batches = batched.batches(epoch)
+        assert batches == reference_batches(kept_src, kept_tgt, 64, seed=5, epoch=epoch)
+    for indices in batches[:20]:
+        expected = collate([kept_src[i] for i in indices], [kept_tgt[i] for i in indices])
+        got = batched.collate(indices)
+        for name in ("src", "tgt_in", "tgt_out"):
+            assert torch.equal(getattr(got, name), getattr(expected, name))
+
+
+def test_lengths_of_an_empty_dataset():
+    assert len(BatchedPairs(id_pairs([], []), batch_tokens=64).lengths) == 0

@@ -5,7 +5,7 @@ import re
 import pytest
 
 import minimt.tokenizer
-from minimt.corpus import read_parallel
+from minimt.corpus import parallel_files, read_parallel
 from minimt.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -22,20 +22,27 @@ VOCAB_SIZE = 800
 
 
 @pytest.fixture(scope="module")
-def train(multi30k_dir):
+def train_files(multi30k_dir):
     """The first training pairs (German, English): enough for a small BPE, quick to train on."""
-    src, tgt = read_parallel(multi30k_dir / "train.de.gz", multi30k_dir / "train.en.gz")
-    return src[:TRAIN_PAIRS], tgt[:TRAIN_PAIRS]
+    de, en = multi30k_dir / "train.de.gz", multi30k_dir / "train.en.gz"
+    return parallel_files(de, en, limit=TRAIN_PAIRS)
 
 
 @pytest.fixture(scope="module")
-def joint_pair(train, tmp_path_factory):
-    return build_tokenizers(*train, VOCAB_SIZE, joint=True, cache_dir=tmp_path_factory.mktemp("c"))
+def train(train_files):
+    return list(train_files.src_lines()), list(train_files.tgt_lines())
 
 
 @pytest.fixture(scope="module")
-def separate_pair(train, tmp_path_factory):
-    return build_tokenizers(*train, VOCAB_SIZE, joint=False, cache_dir=tmp_path_factory.mktemp("c"))
+def joint_pair(train_files, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("c")
+    return build_tokenizers(train_files, VOCAB_SIZE, joint=True, cache_dir=cache)
+
+
+@pytest.fixture(scope="module")
+def separate_pair(train_files, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("c")
+    return build_tokenizers(train_files, VOCAB_SIZE, joint=False, cache_dir=cache)
 
 
 @pytest.fixture(scope="module")
@@ -125,21 +132,46 @@ def test_load_from_an_empty_folder_names_the_files(tmp_path):
         TokenizerPair.load(tmp_path)
 
 
+def write_pairs(folder, src, tgt):
+    folder.mkdir()
+    (folder / "src.txt").write_text("".join(line + "\n" for line in src), encoding="utf-8")
+    (folder / "tgt.txt").write_text("".join(line + "\n" for line in tgt), encoding="utf-8")
+    return folder / "src.txt", folder / "tgt.txt"
+
+
 def test_second_build_loads_from_cache(tmp_path, train, monkeypatch):
     src, tgt = train[0][:200], train[1][:200]
-    first = build_tokenizers(src, tgt, 300, joint=False, cache_dir=tmp_path)
-    (cached,) = (tmp_path / "tokenizers").iterdir()
+    corpus = parallel_files(*write_pairs(tmp_path / "a", src, tgt))
+    cache = tmp_path / "cache"
+    first = build_tokenizers(corpus, 300, joint=False, cache_dir=cache)
+    (cached,) = (cache / "tokenizers").iterdir()
     assert sorted(p.name for p in cached.iterdir()) == ["tokenizer.src.json", "tokenizer.tgt.json"]
 
     def no_training(texts, vocab_size):
         raise AssertionError("trained although a cached tokenizer exists")
 
     monkeypatch.setattr(minimt.tokenizer, "train_bpe", no_training)
-    second = build_tokenizers(src, tgt, 300, joint=False, cache_dir=tmp_path)
+    same_text = parallel_files(*write_pairs(tmp_path / "copy", src, tgt))
+    second = build_tokenizers(same_text, 300, joint=False, cache_dir=cache)
     assert second.encode_tgt(tgt) == first.encode_tgt(tgt)
-    for changed in [(src, tgt, 301, False), (src, tgt, 300, True), (src[1:], tgt[1:], 300, False)]:
+    other_text = parallel_files(*write_pairs(tmp_path / "b", src[1:], tgt[1:]))
+    fewer = parallel_files(corpus.src, corpus.tgt, limit=199)
+    for changed in [
+        (corpus, 301, False),
+        (corpus, 300, True),
+        (other_text, 300, False),
+        (fewer, 300, False),
+    ]:
         with pytest.raises(AssertionError, match="trained"):
-            build_tokenizers(*changed, cache_dir=tmp_path)
+            build_tokenizers(*changed, cache_dir=cache)
+
+
+def test_training_streams_only_the_first_pairs(tmp_path, train):
+    src, tgt = train[0][:200], train[1][:200]
+    corpus = parallel_files(*write_pairs(tmp_path / "a", src, tgt), limit=150)
+    pair = build_tokenizers(corpus, 300, joint=True, cache_dir=tmp_path / "cache")
+    trained = train_bpe(src[:150] + tgt[:150], 300)
+    assert pair.src.get_vocab() == trained.get_vocab()
 
 
 @pytest.mark.parametrize("vocab_size", [4, 259])

@@ -13,8 +13,12 @@ import logging
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import islice
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from minimt.atomic import atomic_write
@@ -50,6 +54,8 @@ MULTI30K_SHA256 = {
 }
 
 DOWNLOAD_TIMEOUT_S = 60
+
+Pairs = tuple[list[str], list[str]]
 
 _HOW_TO_FIX = (
     "Set data.url (or the MINIMT_DATA_URL environment variable) to a folder, file:// URL or "
@@ -89,55 +95,106 @@ def fetch_multi30k_file(url: str, cache_dir: str | Path, split: str, lang: str) 
     return dest
 
 
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Pairs:
     """Read two line-aligned files (plain or .gz), strict UTF-8; lines without their newline."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise DataError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)} lines; "
-            "source and target files must be line-aligned"
-        )
+    _check_aligned(src_path, len(src), tgt_path, len(tgt))
     return src, tgt
+
+
+@dataclass(frozen=True)
+class ParallelFiles:
+    """Two line-aligned text files (plain or .gz), read as streams; only the first `limit` pairs.
+
+    Build it with `parallel_files`, which checks the line counts without loading the text.
+    """
+
+    src: Path
+    tgt: Path
+    limit: int | None
+    num_pairs: int  # pairs used: min(lines, limit)
+
+    def src_lines(self) -> Iterator[str]:
+        return islice(iter_lines(self.src), self.limit)
+
+    def tgt_lines(self) -> Iterator[str]:
+        return islice(iter_lines(self.tgt), self.limit)
+
+    def rows(self) -> Iterator[dict[str, str]]:
+        """{"src": line, "tgt": line} for each pair, one at a time."""
+        for src, tgt in zip(self.src_lines(), self.tgt_lines(), strict=True):
+            yield {"src": src, "tgt": tgt}
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of both files' bytes and the limit: equal fingerprints, equal pairs."""
+        parts = [sha256_of(self.src), sha256_of(self.tgt), self.limit]
+        return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def parallel_files(
+    src_path: str | Path, tgt_path: str | Path, limit: int | None = None
+) -> ParallelFiles:
+    """Two line-aligned files, their lines counted (streamed, not loaded) and checked to match."""
+    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
+    _check_aligned(src_path, n_src, tgt_path, n_tgt)
+    num_pairs = n_src if limit is None else min(n_src, limit)
+    return ParallelFiles(Path(src_path), Path(tgt_path), limit, num_pairs)
+
+
+def fetch_multi30k_pair(
+    url: str, cache_dir: str | Path, split: str, src_lang: str, tgt_lang: str
+) -> tuple[Path, Path]:
+    """The verified cached source and target files of one Multi30k split."""
+    return (
+        fetch_multi30k_file(url, cache_dir, split, src_lang),
+        fetch_multi30k_file(url, cache_dir, split, tgt_lang),
+    )
 
 
 def load_multi30k(
     url: str, cache_dir: str | Path, src_lang: str, tgt_lang: str, splits: Sequence[str]
-) -> dict[str, tuple[list[str], list[str]]]:
+) -> dict[str, Pairs]:
     """Fetch, verify and read the given Multi30k splits for a language pair."""
     for split in splits:  # refuse an unknown split before downloading anything
         _multi30k_file_name(split, src_lang)
         _multi30k_file_name(split, tgt_lang)
     return {
-        split: read_parallel(
-            fetch_multi30k_file(url, cache_dir, split, src_lang),
-            fetch_multi30k_file(url, cache_dir, split, tgt_lang),
-        )
+        split: read_parallel(*fetch_multi30k_pair(url, cache_dir, split, src_lang, tgt_lang))
         for split in splits
     }
 
 
 def read_lines(path: str | Path) -> list[str]:
     """Read a plain or gzipped text file as strict UTF-8, each line without its newline."""
+    return list(iter_lines(path))
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Stream a plain or gzipped text file as strict UTF-8 lines without their newline."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
-    try:
+    with _open_binary(path) as file:
         # Binary mode splits on b"\n" only (a stray "\r" or U+2028 inside a sentence must not start
         # a new line) and lets an undecodable line be reported with its number.
-        with opener(path, "rb") as file:
-            for number, raw in enumerate(file, start=1):
-                try:
-                    lines.append(_strip_newline(raw).decode("utf-8"))
-                except UnicodeDecodeError as error:
-                    raise DataError(
-                        f"{path} line {number} is not valid UTF-8 "
-                        f"({error.reason} at byte {error.start})"
-                    ) from None
-    except FileNotFoundError:
-        raise DataError(f"{path} does not exist") from None
-    except (OSError, EOFError) as error:
-        raise DataError(f"cannot read {path}: {error}") from None
-    return lines
+        for number, raw in enumerate(_reading(path, file), start=1):
+            try:
+                yield _strip_newline(raw).decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{path} line {number} is not valid UTF-8 "
+                    f"({error.reason} at byte {error.start})"
+                ) from None
+
+
+def count_lines(path: str | Path) -> int:
+    """The number of lines `iter_lines` yields, counted in 1 MiB blocks."""
+    path = Path(path)
+    count, last = 0, b"\n"
+    with _open_binary(path) as file:
+        for block in _reading(path, iter(lambda: file.read(1 << 20), b"")):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")  # a last line without its newline
 
 
 def local_path(url: str) -> Path | None:
@@ -177,6 +234,32 @@ def _multi30k_file_name(split: str, lang: str) -> str:
         f"Multi30k has no split {split!r} for language {lang!r}; splits available for {lang!r}: "
         f"{', '.join(splits_by_lang[lang])}"
     )
+
+
+def _check_aligned(src_path: str | Path, n_src: int, tgt_path: str | Path, n_tgt: int) -> None:
+    if n_src != n_tgt:
+        raise DataError(
+            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt} lines; "
+            "source and target files must be line-aligned"
+        )
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    """`path` opened for reading bytes (gunzipped for .gz), or a DataError naming it."""
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist") from None
+    except OSError as error:
+        raise DataError(f"cannot read {path}: {error}") from None
+
+
+def _reading(path: Path, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """`chunks` as read, a read error (a broken .gz too) turned into a DataError naming `path`."""
+    try:
+        yield from chunks
+    except (OSError, EOFError) as error:
+        raise DataError(f"cannot read {path}: {error}") from None
 
 
 def _copy_to(source: str, dest: Path) -> None:

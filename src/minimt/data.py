@@ -1,19 +1,42 @@
-"""Token ids for parallel text; padded batches built by token count from length-sorted buckets."""
+"""Token ids for parallel text (cached as memory-mapped Arrow); padded token-count batches.
+
+Training pairs go from the text files to an on-disk Arrow table of ids without ever being held
+in memory as a whole: batches gather their rows from the memory-mapped table.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import datasets
+import numpy as np
+import pyarrow.compute as pc
 import torch
 from torch import Tensor
 
+from minimt.atomic import atomic_write
+from minimt.corpus import ParallelFiles
 from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
 log = logging.getLogger(__name__)
+
+ID_FEATURES = datasets.Features(
+    {
+        "src_ids": datasets.List(datasets.Value("int32")),
+        "tgt_ids": datasets.List(datasets.Value("int32")),
+    }
+)
+ENCODE_BATCH = 1000  # rows tokenized (and held as Python lists) at a time
+LENGTH_CHUNK = 65_536  # rows whose lengths are read at a time
+# Bump when tokenization changes in a way that makes cached token ids stale.
+_CACHE_FORMAT_VERSION = 1
 
 
 @dataclass
@@ -38,10 +61,19 @@ class Batch:
         return int((self.src != PAD_ID).sum())
 
 
+def text_pairs(src_lines: Sequence[str], tgt_lines: Sequence[str]) -> datasets.Dataset:
+    """An in-memory Dataset with columns src, tgt (text): for small sets such as validation."""
+    return datasets.Dataset.from_dict({"src": list(src_lines), "tgt": list(tgt_lines)})
+
+
 def tokenize_pairs(
-    tokenizers: TokenizerPair, src_lines: Sequence[str], tgt_lines: Sequence[str]
+    tokenizers: TokenizerPair, text: datasets.Dataset, cache_file: Path | None = None
 ) -> datasets.Dataset:
-    """A Dataset with columns src, tgt (text) and src_ids, tgt_ids (BPE ids, no specials)."""
+    """A Dataset with columns src_ids, tgt_ids (BPE ids, no specials) for `text`'s src, tgt.
+
+    Encodes `ENCODE_BATCH` rows at a time; with `cache_file` the ids are written there as Arrow
+    and memory-mapped, else kept in memory.
+    """
 
     def encode(rows: dict[str, list[str]]) -> dict[str, list[list[int]]]:
         return {
@@ -49,36 +81,77 @@ def tokenize_pairs(
             "tgt_ids": tokenizers.encode_tgt(rows["tgt"]),
         }
 
-    pairs = datasets.Dataset.from_dict({"src": list(src_lines), "tgt": list(tgt_lines)})
-    return pairs.map(encode, batched=True, batch_size=2000)
+    return text.map(
+        encode,
+        batched=True,
+        batch_size=ENCODE_BATCH,
+        remove_columns=text.column_names,
+        features=ID_FEATURES,
+        cache_file_name=None if cache_file is None else str(cache_file),
+        keep_in_memory=cache_file is None,
+    )
+
+
+def cached_token_pairs(
+    corpus: ParallelFiles, tokenizers: TokenizerPair, cache_dir: str | Path
+) -> datasets.Dataset:
+    """`corpus` tokenized, memory-mapped from <cache_dir>/token_ids/<key>.arrow (built if missing).
+
+    The key digests both files' bytes, the pair limit and the tokenizers, so a change to any of
+    them tokenizes again and an unchanged corpus is never tokenized twice.
+    """
+    key = [corpus.fingerprint, tokenizers.fingerprint, _CACHE_FORMAT_VERSION]
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / "token_ids" / f"{digest}.arrow"
+    if path.is_file():
+        log.info("loaded cached token ids from %s", path)
+    else:
+        log.info("tokenizing %d training pairs into %s", corpus.num_pairs, path)
+        _write_token_pairs(corpus, tokenizers, path)
+    return datasets.Dataset.from_file(str(path))
+
+
+def _write_token_pairs(corpus: ParallelFiles, tokenizers: TokenizerPair, path: Path) -> None:
+    """Stream the text into a temporary Arrow file, tokenize it into `path`, drop the text."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp, atomic_write(path) as out:
+        text = datasets.Dataset.from_generator(
+            corpus.rows, cache_dir=tmp, fingerprint=corpus.fingerprint
+        )
+        tokenize_pairs(tokenizers, text, cache_file=out)
+
+
+def id_lengths(pairs: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) source and (N,) target id counts, read from the Arrow list offsets chunk by chunk."""
+    src, tgt = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)]
+    for chunk in pairs.with_format("arrow").iter(batch_size=LENGTH_CHUNK):
+        src.append(pc.list_value_length(chunk["src_ids"]).to_numpy())
+        tgt.append(pc.list_value_length(chunk["tgt_ids"]).to_numpy())
+    return np.concatenate(src), np.concatenate(tgt)
 
 
 def filter_training_pairs(pairs: datasets.Dataset, max_len: int) -> datasets.Dataset:
     """Drop pairs with an empty side or more than `max_len` BPE tokens on either side (logged)."""
-    keep, n_empty, n_long = [], 0, 0
-    for i, (src, tgt) in enumerate(zip(pairs["src_ids"], pairs["tgt_ids"], strict=True)):
-        if not src or not tgt:
-            n_empty += 1
-        elif len(src) > max_len or len(tgt) > max_len:
-            n_long += 1
-        else:
-            keep.append(i)
+    src_len, tgt_len = id_lengths(pairs)
+    empty = (src_len == 0) | (tgt_len == 0)
+    long = ~empty & ((src_len > max_len) | (tgt_len > max_len))
+    keep = np.flatnonzero(~empty & ~long)
     log.info(
         "training pairs: kept %d of %d (dropped %d with an empty side, %d longer than %d tokens)",
         len(keep),
         len(pairs),
-        n_empty,
-        n_long,
+        empty.sum(),
+        long.sum(),
         max_len,
     )
-    return pairs.select(keep)
+    # The kept row numbers stay in memory (8 bytes a pair); the rows stay in the Arrow file.
+    return pairs.select(keep, keep_in_memory=True)
 
 
-def example_lengths(pairs: datasets.Dataset) -> list[int]:
-    """Padded length each pair needs: the longer of src + <eos> and <bos> + tgt."""
-    return [
-        max(len(s), len(t)) + 1 for s, t in zip(pairs["src_ids"], pairs["tgt_ids"], strict=True)
-    ]
+def example_lengths(pairs: datasets.Dataset) -> np.ndarray:
+    """(N,) padded length each pair needs: the longer of src + <eos> and <bos> + tgt."""
+    src_len, tgt_len = id_lengths(pairs)
+    return np.maximum(src_len, tgt_len) + 1
 
 
 def token_batches(
@@ -130,22 +203,26 @@ def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) 
 
 
 class BatchedPairs:
-    """Token-count batches over a tokenized Dataset; a new shuffle for every epoch when seeded."""
+    """Token-count batches over a tokenized Dataset; a new shuffle for every epoch when seeded.
+
+    Holds only the (N,) example lengths in memory; `collate` reads a batch's rows from the
+    (memory-mapped) Dataset.
+    """
 
     def __init__(self, pairs: datasets.Dataset, batch_tokens: int, seed: int | None = None):
-        self.src_ids: list[list[int]] = pairs["src_ids"]
-        self.tgt_ids: list[list[int]] = pairs["tgt_ids"]
+        self.pairs = pairs
         self.lengths = example_lengths(pairs)
         self.batch_tokens = batch_tokens
         self.seed = seed
 
     def batches(self, epoch: int = 0) -> list[list[int]]:
         rng = None if self.seed is None else random.Random(self.seed * 100_003 + epoch)
-        return token_batches(self.lengths, self.batch_tokens, rng)
+        return token_batches(self.lengths.tolist(), self.batch_tokens, rng)
 
     def collate(self, indices: Sequence[int]) -> Batch:
         """The padded batch of the pairs at `indices`."""
-        return collate([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
+        rows = self.pairs[list(indices)]
+        return collate(rows["src_ids"], rows["tgt_ids"])
 
     def iterate(self, epoch: int = 0) -> Iterator[Batch]:
         for indices in self.batches(epoch):

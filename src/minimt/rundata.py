@@ -1,4 +1,8 @@
-"""A run's data: raw splits, BPE tokenizers and token-count batches, ready for training."""
+"""A run's data: raw splits, BPE tokenizers and token-count batches, ready for training.
+
+The training text is streamed from its files (for the tokenizers, then into a cached Arrow table
+of token ids), never loaded; validation and test sets are small and read as lists of lines.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,29 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from minimt.corpus import load_multi30k, read_parallel
-from minimt.data import BatchedPairs, filter_training_pairs, tokenize_pairs
+from minimt.corpus import (
+    Pairs,
+    ParallelFiles,
+    fetch_multi30k_pair,
+    load_multi30k,
+    parallel_files,
+    read_parallel,
+)
+from minimt.data import (
+    BatchedPairs,
+    cached_token_pairs,
+    filter_training_pairs,
+    text_pairs,
+    tokenize_pairs,
+)
 from minimt.tokenizer import TokenizerPair, build_tokenizers
-
-Pairs = tuple[list[str], list[str]]
 
 
 @dataclass
 class TextSplits:
-    """Raw (source lines, target lines) for training, validation and each named test set."""
+    """The training files (streamed), and raw (source, target) lines of validation and tests."""
 
-    train: Pairs
+    train: ParallelFiles
     val: Pairs
     tests: dict[str, Pairs]
 
@@ -26,16 +41,20 @@ class TextSplits:
 def load_text_splits(data: DictConfig) -> TextSplits:
     """Read the corpus that `data` names (Multi30k or any parallel text), limited as configured."""
     if data.name == "multi30k":
-        names = ["train", "val", *data.test_sets]
-        splits = load_multi30k(data.url, data.dir, data.src_lang, data.tgt_lang, names)
-        tests = {name: splits[name] for name in data.test_sets}
-        train, val = splits["train"], splits["val"]
+        held_out = load_multi30k(
+            data.url, data.dir, data.src_lang, data.tgt_lang, ["val", *data.test_sets]
+        )
+        train_files = fetch_multi30k_pair(data.url, data.dir, "train", data.src_lang, data.tgt_lang)
+        tests = {name: held_out[name] for name in data.test_sets}
+        val = held_out["val"]
     else:
-        train = read_parallel(data.train.src, data.train.tgt)
+        train_files = (data.train.src, data.train.tgt)
         val = read_parallel(data.val.src, data.val.tgt)
         tests = {"test": read_parallel(data.test.src, data.test.tgt)}
     return TextSplits(
-        train=_first(train, data.max_train_pairs), val=_first(val, data.max_val_pairs), tests=tests
+        train=parallel_files(*train_files, limit=data.max_train_pairs),
+        val=_first(val, data.max_val_pairs),
+        tests=tests,
     )
 
 
@@ -54,19 +73,19 @@ class RunData:
 
 
 def prepare_data(cfg: DictConfig, run_dir: Path) -> RunData:
-    """Read the corpus, train (or reuse) the BPE tokenizers, tokenize and batch."""
+    """Train (or reuse) the BPE tokenizers, tokenize the training pairs (or reuse them), batch."""
     splits = load_text_splits(cfg.data)
     tokenizers = build_tokenizers(
-        *splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
+        splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
     )
     tokenizers.save(run_dir)
     train_pairs = filter_training_pairs(
-        tokenize_pairs(tokenizers, *splits.train), cfg.data.max_train_len
+        cached_token_pairs(splits.train, tokenizers, cfg.data.dir), cfg.data.max_train_len
     )
     batch_tokens = cfg.trainer.batch_tokens
     return RunData(
         splits=splits,
         tokenizers=tokenizers,
         train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
-        val_batches=BatchedPairs(tokenize_pairs(tokenizers, *splits.val), batch_tokens),
+        val_batches=BatchedPairs(tokenize_pairs(tokenizers, text_pairs(*splits.val)), batch_tokens),
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from minimt.atomic import atomic_write
+from minimt.corpus import ParallelFiles
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,12 @@ class TokenizerPair:
         """Target text for each id sequence; special tokens (wherever they are) are skipped."""
         return self.tgt.decode_batch([list(seq) for seq in ids], skip_special_tokens=True)
 
+    @property
+    def fingerprint(self) -> str:
+        """A digest of both tokenizers (vocabulary, merges, settings): equal digests, equal ids."""
+        jsons = [self.src.to_str(), self.tgt.to_str()]
+        return hashlib.sha256(json.dumps(jsons).encode()).hexdigest()[:16]
+
     def save(self, run_dir: str | Path) -> None:
         """Write tokenizer.json (joint) or tokenizer.src.json and tokenizer.tgt.json (separate)."""
         run_dir = Path(run_dir)
@@ -111,14 +118,13 @@ class TokenizerPair:
 
 
 def build_tokenizers(
-    train_src: Sequence[str],
-    train_tgt: Sequence[str],
-    vocab_size: int,
-    joint: bool,
-    cache_dir: str | Path,
+    corpus: ParallelFiles, vocab_size: int, joint: bool, cache_dir: str | Path
 ) -> TokenizerPair:
-    """Train (or load from cache) the BPE tokenizers for these training lines and settings."""
-    folder = Path(cache_dir) / "tokenizers" / _cache_key(train_src, train_tgt, vocab_size, joint)
+    """Train (or load from cache) the BPE tokenizers for this corpus and settings.
+
+    Training streams the lines from the files, so the corpus is never held in memory.
+    """
+    folder = Path(cache_dir) / "tokenizers" / _cache_key(corpus, vocab_size, joint)
     try:
         pair = TokenizerPair.load(folder)
     except FileNotFoundError:
@@ -131,13 +137,15 @@ def build_tokenizers(
         "training %s BPE (vocab_size=%d) on %d sentence pairs",
         "a joint" if joint else "separate source and target",
         vocab_size,
-        len(train_src),
+        corpus.num_pairs,
     )
     if joint:
-        shared = train_bpe(chain(train_src, train_tgt), vocab_size)
+        shared = train_bpe(chain(corpus.src_lines(), corpus.tgt_lines()), vocab_size)
         pair = TokenizerPair(shared, shared)
     else:
-        pair = TokenizerPair(train_bpe(train_src, vocab_size), train_bpe(train_tgt, vocab_size))
+        pair = TokenizerPair(
+            train_bpe(corpus.src_lines(), vocab_size), train_bpe(corpus.tgt_lines(), vocab_size)
+        )
     pair.save(folder)
     logger.info("saved tokenizers to %s", folder)
     return pair
@@ -149,10 +157,7 @@ def _encode(tokenizer: Tokenizer, lines: Sequence[str]) -> list[list[int]]:
     ]
 
 
-def _cache_key(
-    train_src: Sequence[str], train_tgt: Sequence[str], vocab_size: int, joint: bool
-) -> str:
+def _cache_key(corpus: ParallelFiles, vocab_size: int, joint: bool) -> str:
     """A digest of everything that determines the trained tokenizers."""
-    # JSON keeps line boundaries unambiguous: ["a b"] and ["a", "b"] hash differently.
-    settings = [list(train_src), list(train_tgt), vocab_size, joint, _CACHE_FORMAT_VERSION]
+    settings = [corpus.fingerprint, vocab_size, joint, _CACHE_FORMAT_VERSION]
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
