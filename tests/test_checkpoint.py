@@ -1,13 +1,22 @@
+import errno
 import json
+from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from minimt.atomic import atomic_write
+from minimt.atomic import atomic_write, remove_temp_files
 from minimt.checkpoint import (
+    CheckpointError,
+    CheckpointMismatch,
     average_state_dicts,
+    config_mismatches,
     load_checkpoint,
+    load_weights,
     remove_old_checkpoints,
+    resume_checkpoint,
+    run_dir_of,
     save_checkpoint,
     save_json,
     step_checkpoints,
@@ -72,3 +81,69 @@ def test_average_of_state_dicts_and_tying_survive_loading():
 def test_averaging_nothing_is_an_error():
     with pytest.raises(ValueError, match="no checkpoints"):
         average_state_dicts([])
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path, monkeypatch):
+    path = tmp_path / "step_10.pt"
+    save_checkpoint(path, {"state": {"step": 10}})
+
+    def write_half_then_fail(obj, file):
+        Path(file).write_bytes(b"PK\x03\x04 half a zip")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", write_half_then_fail)
+    with pytest.raises(CheckpointError, match=r"step_10\.pt: No space left on device.*intact"):
+        save_checkpoint(path, {"state": {"step": 20}})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["state"] == {"step": 10}
+    assert [p.name for p in tmp_path.iterdir()] == ["step_10.pt"]
+
+
+def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "step_5.pt"
+    save_checkpoint(path, {"model": {"w": torch.zeros(1000)}})
+    path.write_bytes(path.read_bytes()[:500])
+    with pytest.raises(CheckpointError, match=r"cannot load checkpoint .*step_5\.pt"):
+        load_checkpoint(path)
+
+
+def test_weights_that_do_not_fit_name_the_parameter_and_shapes():
+    saved = tiny_transformer(50).state_dict()
+    with pytest.raises(CheckpointMismatch, match=r"tgt_tokens\.weight: checkpoint \(50, 16\), "):
+        load_weights(tiny_transformer(60), saved, "step_5.pt")
+    deeper = tiny_transformer(50, n_encoder_layers=3)
+    with pytest.raises(
+        CheckpointMismatch, match=r"encoder_layers\.2\..*missing from the checkpoint"
+    ):
+        load_weights(deeper, saved, "step_5.pt")
+
+
+def test_config_mismatches_name_each_field():
+    saved = {"model": {"d_model": 256, "n_heads": 4}, "pe": {"name": "learned"}}
+    cfg = OmegaConf.create({"model": {"d_model": 128, "n_heads": 4}, "pe": {"name": "sinusoidal"}})
+    keys = ("model.d_model", "model.n_heads", "pe.name")
+    assert config_mismatches(saved, cfg, keys) == [
+        "model.d_model: checkpoint 256, config 128",
+        "pe.name: checkpoint 'learned', config 'sinusoidal'",
+    ]
+
+
+def test_resume_takes_a_run_directory_or_a_checkpoint_file(tmp_path):
+    ckpts = tmp_path / "run" / "checkpoints"
+    for step in (5, 40, 100):
+        save_checkpoint(ckpts / f"step_{step}.pt", {"state": {"step": step}})
+    assert resume_checkpoint(tmp_path / "run") == ckpts / "step_100.pt"
+    assert resume_checkpoint(ckpts / "step_40.pt") == ckpts / "step_40.pt"
+    assert run_dir_of(ckpts / "step_40.pt") == run_dir_of(tmp_path / "run") == tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match="no such run directory or checkpoint"):
+        resume_checkpoint(tmp_path / "elsewhere")
+    (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="before its first save"):
+        resume_checkpoint(tmp_path / "empty")
+
+
+def test_temp_files_of_killed_writes_are_cleared(tmp_path):
+    save_checkpoint(tmp_path / "step_1.pt", {"state": {}})
+    (tmp_path / ".step_2.pt.1234abcd.tmp").write_bytes(b"half")
+    assert [p.name for p in remove_temp_files(tmp_path)] == [".step_2.pt.1234abcd.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["step_1.pt"]

@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
 
 from minimt.atomic import atomic_write
+
+# What a checkpoint's weights depend on: a model built with other values cannot load them.
+ARCHITECTURE_KEYS = (
+    "model.d_model",
+    "model.n_heads",
+    "model.n_encoder_layers",
+    "model.n_decoder_layers",
+    "model.d_ff",
+    "model.max_seq_len",
+    "model.norm_first",
+    "pe.name",
+    "embedding.scale",
+    "embedding.share",
+    "tokenizer.vocab_size",
+    "tokenizer.joint",
+)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be written, read or used; the message names the file."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """A checkpoint whose weights or settings do not fit the configured model."""
 
 
 def save_json(path: str | Path, data: dict) -> None:
@@ -18,9 +44,18 @@ def save_json(path: str | Path, data: dict) -> None:
 
 
 def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> None:
-    """Save tensors, numbers, strings and containers of them (what weights_only loading accepts)."""
-    with atomic_write(path) as tmp:
-        torch.save(checkpoint, tmp)
+    """Save tensors, numbers, strings and containers of them (what weights_only loading accepts).
+
+    A failed write (a full disk) leaves the file previously at `path` as it was.
+    """
+    try:
+        with atomic_write(path) as tmp:
+            torch.save(checkpoint, tmp)
+    except OSError as error:
+        raise CheckpointError(
+            f"could not write checkpoint {path}: {error.strerror or error}; the checkpoints "
+            f"already in {Path(path).parent} are intact (free disk space, then resume)"
+        ) from error
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -28,7 +63,69 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        raise CheckpointError(f"cannot load checkpoint {path}: {error}") from error
+
+
+def latest_checkpoint(ckpt_dir: str | Path) -> Path:
+    """The newest numbered checkpoint in `ckpt_dir` (the one a resumed run continues from)."""
+    paths = step_checkpoints(ckpt_dir)
+    if not paths:
+        raise FileNotFoundError(
+            f"no numbered checkpoint (step_<N>.pt) in {ckpt_dir}: the run stopped before its "
+            "first save (trainer.save_every steps); start it again instead of resuming"
+        )
+    return paths[-1]
+
+
+def resume_checkpoint(resume: str | Path) -> Path:
+    """`resume=RUN_DIR` means its newest numbered checkpoint; `resume=FILE` means that file."""
+    resume = Path(resume)
+    if resume.is_dir():
+        return latest_checkpoint(resume / "checkpoints")
+    if resume.is_file():
+        return resume
+    raise FileNotFoundError(
+        f"resume={resume}: no such run directory or checkpoint file (give the run's directory, "
+        "e.g. outputs/2026-11-21/10-00-00, or one of its checkpoints/step_<N>.pt)"
+    )
+
+
+def run_dir_of(resume: str | Path) -> Path:
+    """The run directory that `resume` (a run directory or a checkpoint in it) belongs to."""
+    resume = Path(resume)
+    return resume.parent.parent if resume.is_file() else resume
+
+
+def config_mismatches(saved: dict, cfg: DictConfig, keys: tuple[str, ...]) -> list[str]:
+    """`key: checkpoint X, config Y` for each of `keys` whose value differs."""
+    saved_cfg = OmegaConf.create(saved)
+    problems = []
+    for key in keys:
+        old, new = OmegaConf.select(saved_cfg, key), OmegaConf.select(cfg, key)
+        if old != new:
+            problems.append(f"{key}: checkpoint {old!r}, config {new!r}")
+    return problems
+
+
+def load_weights(model: nn.Module, weights: dict[str, Tensor], source: str | Path) -> None:
+    """load_state_dict, with a mismatch reported by parameter name and shape, not a traceback."""
+    expected = model.state_dict()
+    problems = [f"{key}: missing from the checkpoint" for key in expected.keys() - weights.keys()]
+    problems += [f"{key}: not in the model" for key in weights.keys() - expected.keys()]
+    problems += [
+        f"{key}: checkpoint {tuple(weights[key].shape)}, model {tuple(tensor.shape)}"
+        for key, tensor in expected.items()
+        if key in weights and weights[key].shape != tensor.shape
+    ]
+    if problems:
+        raise CheckpointMismatch(
+            f"checkpoint {source} does not fit the model (was it saved by a run with another "
+            "vocabulary or architecture?):\n  " + "\n  ".join(sorted(problems))
+        )
+    model.load_state_dict(weights)
 
 
 def step_checkpoints(ckpt_dir: str | Path) -> list[Path]:
@@ -67,7 +164,8 @@ def average_last_checkpoints(ckpt_dir: str | Path, last: int) -> Path:
         raise FileNotFoundError(f"no numbered checkpoints (step_<N>.pt) in {ckpt_dir}")
     checkpoints = [load_checkpoint(p) for p in paths]
     averaged = {
-        **checkpoints[-1],
+        "state": checkpoints[-1]["state"],
+        "config": checkpoints[-1]["config"],
         "model": average_state_dicts([c["model"] for c in checkpoints]),
         "averaged_from": [p.name for p in paths],
     }

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from minimt.checkpoint import load_checkpoint
+from minimt.checkpoint import latest_checkpoint, load_checkpoint, load_weights
 from minimt.model import Transformer
 from minimt.tokenizer import PAD_ID, TokenizerPair
 
@@ -59,7 +59,10 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Tr
 
 
 def checkpoint_path(run_dir: str | Path, checkpoint: str) -> Path:
-    """best / last / averaged name a file in run_dir/checkpoints; anything else is a path."""
+    """best / averaged name a file in run_dir/checkpoints, last the newest step_<N>.pt there;
+    anything else is a path."""
+    if checkpoint == "last":
+        return latest_checkpoint(Path(run_dir) / "checkpoints")
     if checkpoint in NAMED_CHECKPOINTS:
         path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
         if checkpoint == "averaged" and not path.is_file():
@@ -75,9 +78,10 @@ def load_model(
     run_dir: str | Path, checkpoint: str = "best"
 ) -> tuple[Transformer, TokenizerPair, DictConfig]:
     """Rebuild a trained model (in eval mode, on the CPU), its tokenizers and its config."""
-    saved = load_checkpoint(checkpoint_path(run_dir, checkpoint))
+    path = checkpoint_path(run_dir, checkpoint)
+    saved = load_checkpoint(path)
     tokenizers = TokenizerPair.load(run_dir)
     cfg = OmegaConf.create(saved["config"])
     model = build_model(cfg, tokenizers.src_vocab_size, tokenizers.tgt_vocab_size)
-    model.load_state_dict(saved["model"])
+    load_weights(model, saved["model"], path)
     return model.eval(), tokenizers, cfg
