@@ -1,28 +1,52 @@
-"""Train a model: `python scripts/train.py [group=option] [key=value ...]` (Hydra overrides)."""
+"""Train a model: `python scripts/train.py [group=option] [key=value ...]` (Hydra overrides).
+
+`python scripts/train.py resume=RUN_DIR` continues an interrupted run in its own directory;
+`torchrun --nproc_per_node=N scripts/train.py ...` trains data-parallel.
+"""
 
 import logging
 import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from minimt.checkpoint import CheckpointError, run_dir_of
 from minimt.config import ConfigError
 from minimt.corpus import DataError
-from minimt.training import train
+from minimt.training import Interrupted, TrainingDiverged, train
 
 log = logging.getLogger("minimt")
 
+OmegaConf.register_new_resolver(
+    "minimt.run_dir", lambda resume, new: str(run_dir_of(resume)) if resume else new
+)
+
+
+def resume_command(run_dir: str) -> str:
+    """This run's command line with resume=RUN_DIR in place of any resume / run-dir override."""
+    kept = [
+        o
+        for o in HydraConfig.get().overrides.task
+        if not o.startswith(("resume=", "hydra.run.dir="))
+    ]
+    return " ".join(["python scripts/train.py", *kept, f"resume={run_dir}"])
+
 
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | None:
     """Train one run in Hydra's output directory; return best val BLEU for sweepers."""
     run_dir = HydraConfig.get().runtime.output_dir
     try:
         metrics = train(cfg, run_dir)
-    except (ConfigError, DataError) as error:
+    except Interrupted as stopped:
+        log.warning("%s:\n  %s", stopped, resume_command(run_dir))
+        sys.exit(0)
+    except (ConfigError, DataError, CheckpointError, FileNotFoundError, TrainingDiverged) as error:
         log.error("%s", error)
         sys.exit(1)
+    if metrics is None:  # not rank 0 of a torchrun job
+        return None
     log.info("run directory: %s", run_dir)
     return metrics["best_val_bleu"]
 

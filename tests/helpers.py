@@ -17,6 +17,25 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose("config", overrides=list(overrides))
 
 
+def tiny_run_overrides(multi30k_dir, data_dir, *extra: str) -> list[str]:
+    """experiment=smoke shrunk further: 300 pairs, d_model 32, fp32, no test sets, no validation
+    before the end, a checkpoint every 10 steps."""
+    return [
+        "experiment=smoke",
+        f"data.url={multi30k_dir}",
+        f"data.dir={data_dir}",
+        "data.max_train_pairs=300",
+        "data.test_sets=[]",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "trainer.precision=fp32",
+        "trainer.val_every=1000",
+        "trainer.log_every=5",
+        "trainer.save_every=10",
+        *extra,
+    ]
+
+
 def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> Transformer:
     """A seeded Transformer small enough for unit tests (d_model 16, 2+2 layers, no dropout)."""
     torch.manual_seed(seed)

@@ -56,6 +56,7 @@ def probability(v: object) -> str | None:
 
 
 RULES: dict[str, Rule] = {
+    "resume": lambda v: None if v is None or isinstance(v, str) else "must be a path or null",
     "pe.name": one_of(*POSITIONAL_ENCODINGS),
     "embedding.scale": boolean,
     "embedding.share": boolean,
@@ -83,6 +84,8 @@ RULES: dict[str, Rule] = {
     "trainer.label_smoothing": probability,
     "trainer.clip_grad_norm": non_negative_number,
     "trainer.batch_tokens": positive_int,
+    "trainer.accumulate": positive_int,
+    "trainer.max_nonfinite_steps": positive_int,
     "trainer.max_steps": positive_int,
     "trainer.max_epochs": positive_int,
     "trainer.max_minutes": positive_number,

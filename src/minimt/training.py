@@ -1,4 +1,4 @@
-"""The training run: data and tokenizer set-up, the loop, validation, checkpoints, final test."""
+"""The training run: the loop, validation, resumable checkpoints, signals, final test."""
 
 from __future__ import annotations
 
@@ -6,23 +6,33 @@ import logging
 import math
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from minimt.atomic import remove_temp_files
 from minimt.checkpoint import (
+    ARCHITECTURE_KEYS,
+    CheckpointError,
+    CheckpointMismatch,
+    config_mismatches,
     load_checkpoint,
+    load_weights,
     remove_old_checkpoints,
+    resume_checkpoint,
     save_checkpoint,
     save_json,
 )
-from minimt.config import validate_config
+from minimt.config import ConfigError, validate_config
 from minimt.data import Batch, BatchedPairs
+from minimt.distributed import Distributed
+from minimt.interrupt import StopRequest
 from minimt.loss import label_smoothed_cross_entropy
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
@@ -33,15 +43,37 @@ from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
 
+# Settings a resumed run must share with its checkpoint: the weights, the data and its order.
+RESUME_KEYS = (
+    *ARCHITECTURE_KEYS,
+    "data.name",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.max_train_pairs",
+    "data.max_train_len",
+    "trainer.seed",
+    "trainer.batch_tokens",
+)
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM stopped training after a checkpoint was saved; says how to resume."""
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient."""
+
 
 @dataclass
 class TrainState:
-    """Everything about the run's progress that is not a tensor."""
+    """Everything about the run's progress that is not a tensor (saved in every checkpoint)."""
 
-    step: int = 0
+    step: int = 0  # optimizer steps taken, skipped ones included
     epoch: int = 0
+    epoch_batches: int = 0  # batches of the current epoch consumed, over all processes
     tgt_tokens: int = 0
     train_seconds: float = 0.0
+    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient
     best_val_bleu: float = -1.0
     best_step: int = 0
     val_history: list[dict[str, float]] = field(default_factory=list)
@@ -53,45 +85,63 @@ def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
     return min(updates / warmup_steps, math.sqrt(warmup_steps / updates))
 
 
-def target_loss(model: Transformer, batch: Batch, autocast: torch.autocast, eps: float) -> Tensor:
-    """Label-smoothed cross-entropy per real target token; logits only for non-pad positions."""
-    real = batch.tgt_out != PAD_ID  # (B, T)
-    with autocast:
-        hidden = model.decode(batch.tgt_in, model.encode(batch.src), batch.src)  # (B, T, d_model)
-        logits = model.project(hidden[real])  # (N, V)
-    return label_smoothed_cross_entropy(logits, batch.tgt_out[real], eps) / real.sum()
+class SummedLoss(nn.Module):
+    """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps)."""
+
+    def __init__(self, model: Transformer, label_smoothing: float, autocast: torch.autocast):
+        super().__init__()
+        self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        """(B, S) src, (B, T) tgt_in and tgt_out -> scalar; logits only for non-pad positions."""
+        real = tgt_out != PAD_ID  # (B, T)
+        with self.autocast:
+            hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
+            logits = self.model.project(hidden[real])  # (N, V)
+        return label_smoothed_cross_entropy(logits, tgt_out[real], self.label_smoothing)
 
 
 def train_step(
-    model: Transformer,
-    batch: Batch,
+    loss_fn: nn.Module,
+    batches: list[Batch],
+    scale: float,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    autocast: torch.autocast,
-    trainer: DictConfig,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One update; returns (label-smoothed loss per target token, grad norm) as tensors."""
-    model.train()
-    loss = target_loss(model, batch, autocast, trainer.label_smoothing)
+    clip_grad_norm: float,
+) -> tuple[Tensor, Tensor, bool]:
+    """One update from gradients accumulated over `batches`, each summed loss times `scale`.
+
+    Returns (summed loss, grad norm, whether the update was applied): a non-finite gradient
+    norm (from a non-finite loss or gradient) skips the update and the LR schedule step.
+    """
+    loss_fn.train()
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    max_norm = trainer.clip_grad_norm or math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    scheduler.step()
-    return loss.detach(), grad_norm
+    total = 0.0
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        with nullcontext() if last or not hasattr(loss_fn, "no_sync") else loss_fn.no_sync():
+            loss = loss_fn(batch.src, batch.tgt_in, batch.tgt_out)
+            (loss * scale).backward()
+        total = total + loss.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), clip_grad_norm or math.inf)
+    applied = bool(torch.isfinite(grad_norm))  # the one host sync per step
+    if applied:
+        optimizer.step()
+        scheduler.step()
+    return total, grad_norm, applied
 
 
 @torch.no_grad()
 def validation_nll(model: Transformer, batches: BatchedPairs, autocast: torch.autocast) -> float:
     """Mean negative log-likelihood per target token (no label smoothing): exp() is perplexity."""
     model.eval()
+    nll = SummedLoss(model, 0.0, autocast)
     device = next(model.parameters()).device
     total, count = torch.zeros((), device=device), 0
     for batch in batches.iterate():
-        n_tokens = batch.num_tgt_tokens
-        total += target_loss(model, batch.to(device), autocast, eps=0.0) * n_tokens
-        count += n_tokens
+        batch = batch.to(device)
+        total += nll(batch.src, batch.tgt_in, batch.tgt_out)
+        count += batch.num_tgt_tokens
     return total.item() / count
 
 
@@ -103,15 +153,6 @@ def score(
     return corpus_scores(hyps, pairs[1]), hyps
 
 
-def checkpoint_dict(model, optimizer, scheduler, state: TrainState, cfg: DictConfig) -> dict:
-    """Everything needed to continue training (last.pt)."""
-    return {
-        **weights_dict(model, state, cfg),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-    }
-
-
 def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict:
     """Everything needed to rebuild and use the model (best.pt)."""
     return {
@@ -119,6 +160,34 @@ def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict
         "state": asdict(state),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+
+
+def rng_state() -> dict:
+    """This process's random number generator states (python, torch CPU, every CUDA device)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {"python": random.getstate(), "torch": torch.get_rng_state(), "cuda": cuda}
+
+
+def set_rng_state(saved: dict) -> None:
+    random.setstate(saved["python"])
+    torch.set_rng_state(saved["torch"])
+    if saved["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+def epoch_steps(
+    batches: list[list[int]], consumed: int, rank: int, world_size: int, accumulate: int
+) -> list[list[list[int]]]:
+    """This rank's micro-batches for each optimizer step left in an epoch.
+
+    A step takes world_size x accumulate consecutive batches after the `consumed` ones; rank r
+    takes the r-th `accumulate` of them. The remainder (fewer than one step's worth) is dropped,
+    so every rank takes the same number of steps.
+    """
+    group = world_size * accumulate
+    usable = len(batches) - len(batches) % group
+    starts = range(consumed, usable - group + 1, group)
+    return [batches[s + rank * accumulate : s + (rank + 1) * accumulate] for s in starts]
 
 
 def log_scalars(writer: SummaryWriter, prefix: str, values: dict[str, float], step: int) -> None:
@@ -146,16 +215,18 @@ def make_optimizer(
 class Window:
     """Loss and throughput over the steps since the last log line; syncs only when read."""
 
-    loss_sum: Tensor = field(default_factory=lambda: torch.zeros(()))
-    tokens: int = 0
+    loss_sum: Tensor | float = 0.0  # on the training device
+    loss_tokens: int = 0  # this process's target tokens in applied updates
+    tokens: int = 0  # target tokens of all processes
     start: float = field(default_factory=time.monotonic)
 
-    def add(self, loss: Tensor, n_tokens: int) -> None:
-        self.loss_sum += loss.cpu() * n_tokens
-        self.tokens += n_tokens
+    def add(self, loss_sum: Tensor, loss_tokens: int, tokens: int) -> None:
+        self.loss_sum = self.loss_sum + loss_sum
+        self.loss_tokens += loss_tokens
+        self.tokens += tokens
 
     def mean_loss(self) -> float:
-        return self.loss_sum.item() / self.tokens
+        return float(self.loss_sum) / self.loss_tokens if self.loss_tokens else math.nan
 
     def tokens_per_sec(self) -> float:
         return self.tokens / (time.monotonic() - self.start)
@@ -189,43 +260,261 @@ def score_test_sets(translator: Translator, data: RunData, cfg: DictConfig, run_
     return results
 
 
-def train(cfg: DictConfig, run_dir: str | Path) -> dict:
-    """Train the configured model in `run_dir`, score the best checkpoint on the test sets.
+def train(cfg: DictConfig, run_dir: str | Path) -> dict | None:
+    """Train the configured model in `run_dir` (or continue `cfg.resume`), then test it.
 
-    Returns the metrics also written to run_dir/metrics.json.
+    Under torchrun every process calls this; rank 0 returns the metrics also written to
+    run_dir/metrics.json, the other ranks None. Raises Interrupted after saving a checkpoint
+    when SIGINT/SIGTERM asked training to stop.
     """
     validate_config(cfg)
-    run_dir, trainer = Path(run_dir), cfg.trainer
-    random.seed(trainer.seed)
-    torch.manual_seed(trainer.seed)
-    if trainer.num_threads:
-        torch.set_num_threads(trainer.num_threads)
-    device = pick_device(trainer.device)
-    precision = resolve_precision(trainer.precision, device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    dist = Distributed.from_env(pick_device(cfg.trainer.device))
+    try:
+        if not dist.is_main:
+            logging.getLogger("minimt").setLevel(logging.WARNING)
+        return Trainer(cfg, Path(dist.broadcast(str(run_dir))), dist).fit()
+    finally:
+        dist.close()
 
-    data = prepare_data(cfg, run_dir)
-    model = build_model(cfg, data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
-    model.to(device)
-    log.info(
-        "model: %s parameters, device %s, precision %s",
-        f"{model.num_parameters():,}",
-        device,
-        precision,
-    )
-    optimizer, scheduler = make_optimizer(model, trainer)
-    translator = Translator.from_config(model, data.tokenizers, cfg, precision)
-    state, ckpt_dir = TrainState(), run_dir / "checkpoints"
 
-    def validate_and_save() -> None:
-        nll, scores = validate(translator, data, autocast)
-        state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
-        log_scalars(
-            writer,
-            "val",
-            {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu, "chrf": scores.chrf},
-            state.step,
+class Trainer:
+    """One run's model, optimizer, data and progress; rank 0 alone validates, logs and saves."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, dist: Distributed):
+        self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
+        trainer = cfg.trainer
+        random.seed(trainer.seed)
+        torch.manual_seed(trainer.seed)
+        if trainer.num_threads:
+            torch.set_num_threads(trainer.num_threads)
+        self.device = dist.device(pick_device(trainer.device))
+        self.precision = resolve_precision(trainer.precision, self.device)
+        self.autocast = torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
         )
+        with dist.main_first():
+            self.data = prepare_data(cfg, run_dir)
+        vocab = (self.data.tokenizers.src_vocab_size, self.data.tokenizers.tgt_vocab_size)
+        self.model = build_model(cfg, *vocab).to(self.device)
+        if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
+            torch.manual_seed(trainer.seed * 1000 + dist.rank)
+        self.optimizer, self.scheduler = make_optimizer(self.model, trainer)
+        self.loss_fn = dist.wrap(SummedLoss(self.model, trainer.label_smoothing, self.autocast))
+        self.translator = Translator.from_config(
+            self.model, self.data.tokenizers, cfg, self.precision
+        )
+        self.state, self.ckpt_dir = TrainState(), run_dir / "checkpoints"
+        self.resumed_from: Path | None = None
+        if cfg.resume:
+            self._resume(resume_checkpoint(cfg.resume))
+        self._check_batches_per_epoch()
+        self.last_saved_step = self.state.step if self.resumed_from else -1
+        self.nonfinite_in_a_row = 0
+        self.writer: SummaryWriter | None = None
+
+    @property
+    def batches_per_step(self) -> int:
+        return self.dist.world_size * self.cfg.trainer.accumulate
+
+    def _check_batches_per_epoch(self) -> None:
+        n_batches = len(self.data.train_batches.batches(0))
+        if n_batches < self.batches_per_step:
+            raise ConfigError(
+                f"the training data make {n_batches} batches per epoch, fewer than one step "
+                f"needs ({self.dist.world_size} processes x trainer.accumulate="
+                f"{self.cfg.trainer.accumulate}): lower trainer.accumulate or "
+                "trainer.batch_tokens, or use fewer processes"
+            )
+
+    def _resume(self, path: Path) -> None:
+        saved = load_checkpoint(path)
+        if "optimizer" not in saved:
+            raise CheckpointError(
+                f"{path} holds model weights only (best.pt / averaged.pt): resume from the run "
+                "directory or one of its checkpoints/step_<N>.pt"
+            )
+        problems = config_mismatches(saved["config"], self.cfg, RESUME_KEYS)
+        if problems:
+            raise CheckpointMismatch(
+                f"cannot resume from {path}: these settings differ from the checkpoint's "
+                "(resume with the checkpoint's values, or start a new run):\n  "
+                + "\n  ".join(problems)
+            )
+        changed = config_mismatches(saved["config"], self.cfg, _trainer_keys(self.cfg))
+        if changed:
+            log.info("resuming with changed settings: %s", "; ".join(changed))
+        load_weights(self.model, saved["model"], path)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.state = TrainState(**saved["state"])
+        if len(saved["rng"]) == self.dist.world_size:
+            set_rng_state(saved["rng"][self.dist.rank])
+        else:
+            log.warning(
+                "checkpoint saved by %d processes, resuming with %d: random streams (dropout) "
+                "restart from the seed, so the run will not match an uninterrupted one exactly",
+                len(saved["rng"]),
+                self.dist.world_size,
+            )
+            torch.manual_seed(self.cfg.trainer.seed * 1000 + self.dist.rank + self.state.step)
+        self.resumed_from = path
+        log.info("resumed from %s at step %d (epoch %d)", path, self.state.step, self.state.epoch)
+
+    def fit(self) -> dict | None:
+        trainer, main = self.cfg.trainer, self.dist.is_main
+        if main:
+            self._log_start()
+        purge_step = self.state.step + 1 if self.resumed_from else None
+        self.seconds_before, self.session_start = self.state.train_seconds, time.monotonic()
+        deadline = self.session_start + trainer.max_minutes * 60 - self.seconds_before
+        with (
+            SummaryWriter(self.run_dir, purge_step=purge_step) if main else nullcontext() as writer,
+            StopRequest() as stop,
+            tqdm(
+                total=trainer.max_steps,
+                initial=self.state.step,
+                disable=None if main else True,
+                dynamic_ncols=True,
+                desc="train",
+            ) as self.progress,
+        ):
+            self.writer = writer
+            reason, interrupted = self._train_loop(stop, deadline)
+            if interrupted:
+                self._save()
+                raise Interrupted(self._resume_hint(reason))
+            log.info("training stopped at step %d: %s", self.state.step, reason)
+            if not self.state.val_history or self.state.val_history[-1]["step"] != self.state.step:
+                self._validate()
+            if self.last_saved_step != self.state.step:
+                self._save()
+            return self._finish() if main else None
+
+    def _log_start(self) -> None:
+        trainer = self.cfg.trainer
+        remove_temp_files(self.ckpt_dir)
+        log.info(
+            "model: %s parameters, device %s, precision %s",
+            f"{self.model.num_parameters():,}",
+            self.device,
+            self.precision,
+        )
+        log.info(
+            "effective batch: up to %d tokens x %d micro-batches x %d processes per update",
+            trainer.batch_tokens,
+            trainer.accumulate,
+            self.dist.world_size,
+        )
+
+    def _train_loop(self, stop: StopRequest, deadline: float) -> tuple[str, bool]:
+        """Steps until a budget runs out or a signal arrives: (why it stopped, by a signal?)."""
+        trainer, window = self.cfg.trainer, Window()
+        while self.state.epoch < trainer.max_epochs:
+            all_batches = self.data.train_batches.batches(self.state.epoch)
+            steps = epoch_steps(
+                all_batches,
+                self.state.epoch_batches,
+                self.dist.rank,
+                self.dist.world_size,
+                trainer.accumulate,
+            )
+            for indices in steps:
+                if self.state.step >= trainer.max_steps:
+                    return "trainer.max_steps reached", False
+                batches = [self.data.train_batches.collate(i) for i in indices]
+                local_tokens = sum(b.num_tgt_tokens for b in batches)
+                tokens, signalled, late = self.dist.sum(
+                    [local_tokens, stop.signal is not None, time.monotonic() >= deadline],
+                    self.device,
+                )
+                if signalled:
+                    return stop.signal or "a signal to another process", True
+                if late:
+                    return "trainer.max_minutes reached", False
+                batches = [b.to(self.device) for b in batches]
+                loss_sum, grad_norm, applied = train_step(
+                    self.loss_fn,
+                    batches,
+                    self.dist.world_size / tokens,
+                    self.optimizer,
+                    self.scheduler,
+                    trainer.clip_grad_norm,
+                )
+                self._count_step(applied, int(tokens), grad_norm)
+                if applied:
+                    window.add(loss_sum, local_tokens, int(tokens))
+                window = self._after_step(window, grad_norm)
+            self.state.epoch += 1
+            self.state.epoch_batches = 0
+        return "trainer.max_epochs reached", False
+
+    def _count_step(self, applied: bool, tokens: int, grad_norm: Tensor) -> None:
+        self.state.step += 1
+        self.state.epoch_batches += self.batches_per_step
+        self.state.tgt_tokens += tokens
+        self.progress.update()
+        if applied:
+            self.nonfinite_in_a_row = 0
+            return
+        self.state.skipped_steps += 1
+        self.nonfinite_in_a_row += 1
+        log.warning(
+            "step %d: non-finite loss or gradient (grad norm %s), update skipped (%d in a row, "
+            "%d in all)",
+            self.state.step,
+            grad_norm.item(),
+            self.nonfinite_in_a_row,
+            self.state.skipped_steps,
+        )
+        limit = self.cfg.trainer.max_nonfinite_steps
+        if self.nonfinite_in_a_row >= limit:
+            raise TrainingDiverged(
+                f"{limit} updates in a row had a non-finite loss or gradient (the last at step "
+                f"{self.state.step}): lower trainer.lr (now {self.cfg.trainer.lr}) or use "
+                f"trainer.precision=fp32; the last good checkpoints are in {self.ckpt_dir}"
+            )
+
+    def _after_step(self, window: Window, grad_norm: Tensor) -> Window:
+        """Log, validate and save on their schedules; returns the window to go on with."""
+        trainer, step = self.cfg.trainer, self.state.step
+        if step % trainer.log_every == 0:
+            if self.dist.is_main:
+                self._log_window(window, grad_norm)
+            window = Window()
+        if step % trainer.val_every == 0:
+            self._validate()
+        if step % trainer.save_every == 0:
+            self._save()
+        return window
+
+    def _log_window(self, window: Window, grad_norm: Tensor) -> None:
+        mean_loss, lr = window.mean_loss(), self.scheduler.get_last_lr()[0]
+        values = {
+            "loss": mean_loss,
+            "lr": lr,
+            "grad_norm": grad_norm.item(),
+            "tokens_per_sec": window.tokens_per_sec(),
+        }
+        log_scalars(self.writer, "train", values, self.state.step)
+        self.progress.set_postfix(
+            loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_sec']:,.0f}"
+        )
+        log.info(
+            "step %d | epoch %d | loss %.3f | lr %.2e | grad norm %.2f | %.0f tgt tok/s",
+            self.state.step,
+            self.state.epoch + 1,
+            *values.values(),
+        )
+
+    def _validate(self) -> None:
+        """Rank 0: val loss and greedy BLEU, logged; best.pt when BLEU improves."""
+        if not self.dist.is_main:
+            return
+        state = self.state
+        nll, scores = validate(self.translator, self.data, self.autocast)
+        state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
+        values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu}
+        log_scalars(self.writer, "val", values | {"chrf": scores.chrf}, state.step)
         log.info(
             "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
             state.step,
@@ -235,98 +524,67 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict:
         )
         if scores.bleu > state.best_val_bleu:
             state.best_val_bleu, state.best_step = scores.bleu, state.step
-            save_checkpoint(ckpt_dir / "best.pt", weights_dict(model, state, cfg))
-        save_checkpoint(
-            ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg)
-        )
+            save_checkpoint(self.ckpt_dir / "best.pt", weights_dict(self.model, state, self.cfg))
 
-    def log_window(window: Window, grad_norm: Tensor) -> None:
-        mean_loss, lr = window.mean_loss(), scheduler.get_last_lr()[0]
-        if not math.isfinite(mean_loss):
-            raise FloatingPointError(
-                f"training loss is {mean_loss} at step {state.step}: lower trainer.lr or use "
-                f"trainer.precision=fp32; the best checkpoint so far is in {ckpt_dir}"
-            )
-        values = {
-            "loss": mean_loss,
-            "lr": lr,
-            "grad_norm": grad_norm.item(),
-            "tokens_per_sec": window.tokens_per_sec(),
+    def _save(self) -> None:
+        """checkpoints/step_<N>.pt: everything needed to continue exactly (all ranks call it)."""
+        rng_states = self.dist.gather(rng_state())
+        self.last_saved_step = self.state.step
+        if not self.dist.is_main:
+            return
+        self.state.train_seconds = self._elapsed()
+        checkpoint = {
+            **weights_dict(self.model, self.state, self.cfg),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_states,
         }
-        log_scalars(writer, "train", values, state.step)
-        progress.set_postfix(
-            loss=f"{mean_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_sec']:,.0f}"
-        )
-        log.info(
-            "step %d | epoch %d | loss %.3f | lr %.2e | grad norm %.2f | %.0f tgt tok/s",
-            state.step,
-            state.epoch + 1,
-            *values.values(),
+        save_checkpoint(self.ckpt_dir / f"step_{self.state.step}.pt", checkpoint)
+        remove_old_checkpoints(self.ckpt_dir, self.cfg.trainer.keep_checkpoints)
+
+    def _elapsed(self) -> float:
+        """Training seconds of this run, earlier sessions of a resumed run included."""
+        return self.seconds_before + time.monotonic() - self.session_start
+
+    def _resume_hint(self, signal_name: str) -> str:
+        return (
+            f"{signal_name}: stopped at step {self.state.step}, checkpoint saved in "
+            f"{self.ckpt_dir}; resume with the same settings plus resume={self.run_dir}"
         )
 
-    start = time.monotonic()
-    deadline = start + trainer.max_minutes * 60
-    done = False
-    with (
-        SummaryWriter(run_dir) as writer,
-        tqdm(total=trainer.max_steps, disable=None, dynamic_ncols=True, desc="train") as progress,
-    ):
-        window = Window()
-        while not done and state.epoch < trainer.max_epochs:
-            for batch in data.train_batches.iterate(state.epoch):
-                n_tokens = batch.num_tgt_tokens
-                loss, grad_norm = train_step(
-                    model, batch.to(device), optimizer, scheduler, autocast, trainer
-                )
-                state.step += 1
-                state.tgt_tokens += n_tokens
-                window.add(loss, n_tokens)
-                progress.update()
-                done = state.step >= trainer.max_steps or time.monotonic() >= deadline
-                if state.step % trainer.log_every == 0 or done:
-                    log_window(window, grad_norm)
-                    window = Window()
-                if state.step % trainer.save_every == 0:
-                    save_checkpoint(
-                        ckpt_dir / f"step_{state.step}.pt", weights_dict(model, state, cfg)
-                    )
-                    remove_old_checkpoints(ckpt_dir, trainer.keep_checkpoints)
-                if state.step % trainer.val_every == 0 or done:
-                    validate_and_save()
-                if done:
-                    break
-            else:
-                state.epoch += 1
-        if not done and state.step % trainer.val_every:  # max_epochs ended between validations
-            validate_and_save()
-        state.train_seconds = time.monotonic() - start
-        save_checkpoint(
-            ckpt_dir / "last.pt", checkpoint_dict(model, optimizer, scheduler, state, cfg)
-        )
-
+    def _finish(self) -> dict:
+        """Rank 0: score the best checkpoint on the test sets, write metrics.json."""
+        state, cfg = self.state, self.cfg
+        state.train_seconds = self._elapsed()
         log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
-        model.load_state_dict(load_checkpoint(ckpt_dir / "best.pt")["model"])
-        tests = score_test_sets(translator, data, cfg, run_dir)
-        for result in tests.values():
-            result["checkpoint"] = "best"
+        best = self.ckpt_dir / "best.pt"
+        load_weights(self.model, load_checkpoint(best)["model"], best)
+        tests = score_test_sets(self.translator, self.data, cfg, self.run_dir)
         for i, (name, result) in enumerate(tests.items()):  # the first test set is the headline
+            result["checkpoint"] = "best"
             prefix = "test" if i == 0 else f"test/{name}"
-            log_scalars(
-                writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, state.step
-            )
+            values = {"bleu": result["bleu"], "chrf": result["chrf"]}
+            log_scalars(self.writer, prefix, values, state.step)
+        metrics = {
+            "steps": state.step,
+            "epochs_completed": state.epoch,
+            "precision": self.precision,
+            "world_size": self.dist.world_size,
+            "accumulate": cfg.trainer.accumulate,
+            "train_seconds": state.train_seconds,
+            "tgt_tokens": state.tgt_tokens,
+            "tokens_per_sec": state.tgt_tokens / state.train_seconds,
+            "tokens_per_step": state.tgt_tokens / max(state.step, 1),
+            "skipped_steps": state.skipped_steps,
+            "num_parameters": self.model.num_parameters(),
+            "best_val_bleu": state.best_val_bleu,
+            "best_step": state.best_step,
+            "val_history": state.val_history,
+            "test": tests,
+        }
+        save_json(self.run_dir / "metrics.json", metrics)
+        return metrics
 
-    metrics = {
-        "steps": state.step,
-        "epochs_completed": state.epoch,
-        "precision": precision,
-        "train_seconds": state.train_seconds,
-        "tgt_tokens": state.tgt_tokens,
-        "tokens_per_sec": state.tgt_tokens / state.train_seconds,
-        "num_parameters": model.num_parameters(),
-        "best_val_bleu": state.best_val_bleu,
-        "best_step": state.best_step,
-        "val_history": state.val_history,
-        "test": tests,
-    }
-    save_json(run_dir / "metrics.json", metrics)
-    return metrics
+
+def _trainer_keys(cfg: DictConfig) -> tuple[str, ...]:
+    return tuple(f"trainer.{key}" for key in cfg.trainer)

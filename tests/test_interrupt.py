@@ -1,0 +1,104 @@
+"""Signals and kill -9: a run stopped at any moment keeps a loadable checkpoint and resumes."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from minimt.checkpoint import load_checkpoint, step_checkpoints
+from minimt.interrupt import StopRequest
+from tests.helpers import REPO, tiny_run_overrides
+
+
+def test_first_signal_is_a_request_and_a_second_ctrl_c_interrupts():
+    previous = signal.getsignal(signal.SIGTERM)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signal == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def train_command(multi30k_dir, tmp_path, *overrides):
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        *tiny_run_overrides(
+            multi30k_dir, tmp_path / "data", "trainer.save_every=5", "trainer.num_threads=1"
+        ),
+        *overrides,
+    ]
+
+
+def wait_for(predicate, process, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert process.poll() is None, "training ended early"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_sigterm_then_kill_9_then_resume_finishes_the_run(multi30k_dir, tmp_path):
+    run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    endless = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000")
+    process = subprocess.Popen(
+        [*endless, f"hydra.run.dir={run}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for(lambda: step_checkpoints(ckpts), process)
+    process.send_signal(signal.SIGTERM)
+    log, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, log
+    assert "python scripts/train.py experiment=smoke" in log and f"resume={run}" in log
+    stopped_at = load_checkpoint(step_checkpoints(ckpts)[-1])["state"]["step"]
+    assert stopped_at >= 5 and f"step_{stopped_at}.pt" in os.listdir(ckpts)
+
+    # resume=RUN alone picks the run directory; kill -9 it once it has saved again
+    process = subprocess.Popen([*endless, f"resume={run}"], stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(step_checkpoints(ckpts)) > 1 + (stopped_at % 5 != 0), process)
+    process.kill()
+    process.wait()
+    newest = load_checkpoint(step_checkpoints(ckpts)[-1])
+    assert newest["state"]["step"] > stopped_at
+
+    finish = train_command(multi30k_dir, tmp_path, "trainer.max_steps=60", f"resume={run}")
+    subprocess.run(finish, check=True, capture_output=True, timeout=300)
+    assert load_checkpoint(run / "checkpoints" / "step_60.pt")["state"]["step"] == 60
+    assert (run / "metrics.json").is_file()
+    assert not list(ckpts.glob(".*.tmp"))  # leftovers of the killed save were cleared
+
+
+SAVE_LOOP = textwrap.dedent(
+    """
+    import sys, torch
+    from minimt.checkpoint import save_checkpoint
+    weights = {"w": torch.randn(1_000_000)}
+    for step in range(10**9):
+        save_checkpoint(sys.argv[1], {"model": weights, "state": {"step": step}})
+        print(step, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path, trial):
+    path = tmp_path / "step.pt"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SAVE_LOOP, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "0"  # one complete save exists
+    time.sleep(random.Random(trial).uniform(0.0, 0.5))  # then kill at an arbitrary moment
+    process.kill()
+    process.wait()
+    saved = load_checkpoint(path)
+    assert saved["model"]["w"].shape == (1_000_000,) and isinstance(saved["state"]["step"], int)
+    assert torch.isfinite(saved["model"]["w"]).all()
