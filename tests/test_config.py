@@ -1,8 +1,9 @@
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from minimt.config import ConfigError, validate_config
-from tests.helpers import compose_config
+from tests.helpers import REPO, compose_config
 
 
 @pytest.mark.parametrize(
@@ -63,6 +64,9 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("model.n_heads=3", ["model.d_model=256", "model.n_heads=3"]),
         ("tokenizer.joint=false", ["embedding.share=true", "tokenizer.joint=true"]),
         ("data.max_train_len=300", ["data.max_train_len", "model.max_seq_len"]),
+        ("trainer.accumulate=0", ["trainer.accumulate", "integer >= 1"]),
+        ("trainer.max_nonfinite_steps=0", ["trainer.max_nonfinite_steps", "integer >= 1"]),
+        ("resume=5", ["resume", "path or null"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_choices(override, named):
@@ -84,3 +88,11 @@ def test_parallel_text_without_paths_names_every_missing_key():
     message = str(error.value)
     assert "data.train.tgt must be set" in message and "data.test.src must be set" in message
     assert "data.train.src" not in message
+
+
+def test_the_slurm_launcher_config_composes():
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert launcher.gpus_per_node == 1 and launcher.timeout_min > cfg.trainer.max_minutes
