@@ -109,11 +109,6 @@ def test_a_100k_character_line_round_trips(tokenizers, piece):
     assert tokenizers.decode_tgt([ids]) == [text]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tokenizer.py: the special tokens' names in text encode as the special ids "
-    "(set tokenizer.encode_special_tokens = True after training and after loading)",
-)
 @pytest.mark.parametrize("text", ["a <eos> b", "<pad>", "x<unk>y", "<bos>"])
 def test_special_token_names_in_text_are_plain_text(tokenizers, text):
     (ids,) = tokenizers.encode_src([text])
@@ -190,11 +185,6 @@ def test_an_empty_file_has_no_lines(tmp_path):
     assert read_lines(tmp_path / "empty.de") == read_lines(tmp_path / "empty.de.gz") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="corpus.read_lines: a corrupt deflate stream raises zlib.error, which is neither "
-    "OSError nor EOFError (catch zlib.error too)",
-)
 def test_a_corrupt_gzip_stream_is_a_data_error_naming_it(tmp_path):
     packed = bytearray(gzip.compress("Ein Hund rennt über die Wiese.\n".encode()))
     packed[10] = 0xFF  # the first deflate block header: a final block of the reserved type 3

@@ -13,6 +13,7 @@ import logging
 import shutil
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -258,7 +259,7 @@ def _reading(path: Path, chunks: Iterable[bytes]) -> Iterator[bytes]:
     """`chunks` as read, a read error (a broken .gz too) turned into a DataError naming `path`."""
     try:
         yield from chunks
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"cannot read {path}: {error}") from None
 
 

@@ -63,6 +63,11 @@ class TokenizerPair:
     src: Tokenizer
     tgt: Tokenizer
 
+    def __post_init__(self) -> None:
+        # "<eos>" typed in a sentence is text, not the special id (not saved in tokenizer.json)
+        for tokenizer in (self.src, self.tgt):
+            tokenizer.encode_special_tokens = True
+
     @property
     def joint(self) -> bool:
         return self.src is self.tgt
@@ -90,7 +95,7 @@ class TokenizerPair:
     @property
     def fingerprint(self) -> str:
         """A digest of both tokenizers (vocabulary, merges, settings): equal digests, equal ids."""
-        jsons = [self.src.to_str(), self.tgt.to_str()]
+        jsons = [self.src.to_str(), self.tgt.to_str(), self.src.encode_special_tokens]
         return hashlib.sha256(json.dumps(jsons).encode()).hexdigest()[:16]
 
     def save(self, run_dir: str | Path) -> None:
