@@ -110,9 +110,8 @@ def run_stage(stage: str, overrides: list[str]) -> dict:
     setup_logging()
     import_rss = peak_rss_mb()
     cfg = compose_config(overrides)
-    run_dir = Path(cfg.data.dir) / f"run_{stage}"
     start = time.perf_counter()
-    data = prepare_data(cfg, run_dir)
+    data = prepare_data(cfg)
     batches = data.train_batches.batches(epoch=0)
     result = {"prepare_and_batch_seconds": time.perf_counter() - start}
     if stage == "warm":

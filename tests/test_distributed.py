@@ -68,6 +68,10 @@ def test_two_processes_match_one_process_with_the_same_global_batch(multi30k_dir
     two = load_checkpoint(tmp_path / "two" / "checkpoints" / "step_8.pt")
     assert two["state"]["tgt_tokens"] == one["state"]["tgt_tokens"] == single["tgt_tokens"]
     for name, tensor in one["model"].items():
+        if name.endswith("k_proj.bias"):
+            # its exact gradient is 0 (softmax ignores a shift shared by all keys): Adam scales
+            # the rounding noise, which differs with the summation order, up to full-size steps
+            continue
         assert torch.allclose(tensor, two["model"][name], atol=1e-5), name
     shared = ("embedding.src_tokens.weight", "embedding.tgt_tokens.weight")
     assert torch.equal(two["model"][shared[0]], two["model"][shared[1]])

@@ -25,7 +25,7 @@ def cfg(multi30k_dir, tmp_path):
 
 
 def test_training_pairs_are_the_tokenized_lines(cfg, multi30k_dir, tmp_path):
-    data = prepare_data(cfg, tmp_path / "run")
+    data = prepare_data(cfg)
     src, tgt = read_parallel(multi30k_dir / "train.de.gz", multi30k_dir / "train.en.gz")
     assert data.splits.train.num_pairs == len(data.train_batches.pairs) == TRAIN_PAIRS
     batch = data.train_batches.collate([0, 7, 299])
@@ -36,7 +36,7 @@ def test_training_pairs_are_the_tokenized_lines(cfg, multi30k_dir, tmp_path):
 
 
 def test_second_run_reuses_the_cached_token_ids(cfg, tmp_path, monkeypatch):
-    first = prepare_data(cfg, tmp_path / "run1").train_batches
+    first = prepare_data(cfg).train_batches
     (cached,) = (tmp_path / "data" / "token_ids").iterdir()
     assert first.pairs.cache_files == [{"filename": str(cached)}]  # memory-mapped from the cache
 
@@ -45,17 +45,17 @@ def test_second_run_reuses_the_cached_token_ids(cfg, tmp_path, monkeypatch):
 
     monkeypatch.setattr(minimt.tokenizer, "train_bpe", fail)
     monkeypatch.setattr(datasets.Dataset, "from_generator", fail)
-    second = prepare_data(cfg, tmp_path / "run2").train_batches
+    second = prepare_data(cfg).train_batches
     assert second.pairs.cache_files == first.pairs.cache_files
     assert second.batches(epoch=3) == first.batches(epoch=3)
 
 
 def test_other_settings_get_their_own_token_ids(cfg, tmp_path):
-    prepare_data(cfg, tmp_path / "run1")
+    prepare_data(cfg)
     cfg.tokenizer.vocab_size = 1001
-    prepare_data(cfg, tmp_path / "run2")
+    prepare_data(cfg)
     cfg.data.max_train_pairs = TRAIN_PAIRS - 1
-    assert len(prepare_data(cfg, tmp_path / "run3").train_batches.pairs) == TRAIN_PAIRS - 1
+    assert len(prepare_data(cfg).train_batches.pairs) == TRAIN_PAIRS - 1
     assert len(list((tmp_path / "data" / "token_ids").iterdir())) == 3
 
 
@@ -89,7 +89,7 @@ def test_parallel_text_training_files_are_streamed(tmp_path):
 def test_line_count_mismatch_stops_before_any_tokenizer_or_token_ids(tmp_path):
     cfg = parallel_text_config(tmp_path, 40, 39)
     with pytest.raises(DataError) as error:
-        prepare_data(cfg, tmp_path / "run")
+        prepare_data(cfg)
     message = str(error.value)
     assert f"{tmp_path / 'train.src'} has 40 lines" in message
     assert f"{tmp_path / 'train.tgt'} has 39 lines" in message

@@ -108,10 +108,8 @@ def test_parallel_text_reads_any_line_aligned_files(tmp_path):
         "data=parallel_text", *(f"data.{name}={path}" for name, path in files.items())
     )
     splits = load_text_splits(cfg.data)
-    assert splits.train == (
-        ["train src 0", "train src 1", "train src 2"],
-        ["train tgt 0", "train tgt 1", "train tgt 2"],
-    )
+    assert list(splits.train.src_lines()) == ["train src 0", "train src 1", "train src 2"]
+    assert list(splits.train.tgt_lines()) == ["train tgt 0", "train tgt 1", "train tgt 2"]
     assert list(splits.tests) == ["test"] and splits.tests["test"][1][2] == "test tgt 2"
 
 

@@ -7,7 +7,6 @@ of token ids), never loaded; validation and test sets are small and read as list
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -72,13 +71,12 @@ class RunData:
     val_batches: BatchedPairs
 
 
-def prepare_data(cfg: DictConfig, run_dir: Path) -> RunData:
+def prepare_data(cfg: DictConfig) -> RunData:
     """Train (or reuse) the BPE tokenizers, tokenize the training pairs (or reuse them), batch."""
     splits = load_text_splits(cfg.data)
     tokenizers = build_tokenizers(
         splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
     )
-    tokenizers.save(run_dir)
     train_pairs = filter_training_pairs(
         cached_token_pairs(splits.train, tokenizers, cfg.data.dir), cfg.data.max_train_len
     )

@@ -293,7 +293,9 @@ class Trainer:
             self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
         )
         with dist.main_first():
-            self.data = prepare_data(cfg, run_dir)
+            self.data = prepare_data(cfg)
+        if dist.is_main:
+            self.data.tokenizers.save(run_dir)
         vocab = (self.data.tokenizers.src_vocab_size, self.data.tokenizers.tgt_vocab_size)
         self.model = build_model(cfg, *vocab).to(self.device)
         if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
