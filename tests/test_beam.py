@@ -60,7 +60,7 @@ def teacher_forced_log_prob(model: Transformer, src: list[int], tgt: list[int]) 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
 def test_beam_one_is_greedy(seed, pos_encoding, length_penalty):
     model = random_model(seed, pos_encoding)
     src = pad_batch(SOURCES)

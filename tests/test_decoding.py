@@ -145,7 +145,7 @@ def test_overfit_model_reproduces_reversed_sources(use_cache):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
 def test_cached_greedy_equals_full_recomputation(seed, pos_encoding):
     model = make_model(n_layers=2, seed=seed, pos_encoding=pos_encoding, share_embeddings=False)
     src = pad_batch(SOURCES)

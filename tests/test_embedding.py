@@ -3,7 +3,12 @@ import math
 import pytest
 import torch
 
-from minimt.embedding import Seq2SeqEmbedding, sinusoidal_table
+from minimt.embedding import (
+    RotaryPositions,
+    Seq2SeqEmbedding,
+    rotary_tables,
+    sinusoidal_table,
+)
 
 
 def make_embedding(**overrides) -> Seq2SeqEmbedding:
@@ -117,7 +122,20 @@ def test_sinusoidal_checkpoint_loads_with_another_max_seq_len():
     assert long.encode_source(random_ids(30, (1, 40))).shape == (1, 40, 16)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("pos_encoding", ["none", "rope"])
+def test_no_table_added_output_is_the_scaled_lookup(pos_encoding):
+    embedding = make_embedding(pos_encoding=pos_encoding)
+    ids = random_ids(30, (3, 9))
+    assert torch.equal(embedding.encode_source(ids), embedding.src_tokens.weight[ids] * 4.0)
+    tgt = random_ids(40, (3, 5))
+    assert torch.equal(
+        embedding.encode_target(tgt, offset=20), embedding.tgt_tokens.weight[tgt] * 4.0
+    )
+    assert set(embedding.state_dict()) == {"src_tokens.weight", "tgt_tokens.weight"}
+    assert sum(p.numel() for p in embedding.parameters()) == 30 * 16 + 40 * 16
+
+
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
 def test_too_long_sequence_is_a_readable_error(pos_encoding):
     embedding = make_embedding(max_seq_len=10, pos_encoding=pos_encoding)
     with pytest.raises(ValueError, match=r"13 positions.*max_seq_len=10"):
@@ -127,7 +145,7 @@ def test_too_long_sequence_is_a_readable_error(pos_encoding):
     assert embedding.encode_target(random_ids(40, (1, 4)), offset=6).shape == (1, 4, 16)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
 def test_offset_embeds_a_token_at_its_true_position(pos_encoding):
     embedding = make_embedding(pos_encoding=pos_encoding)
     ids = random_ids(40, (2, 7))
@@ -171,3 +189,62 @@ def test_scaled_output_has_unit_scale():
 
     unscaled = make_embedding(src_vocab_size=500, d_model=64, scale_embedding=False)
     assert 0.1 < unscaled.encode_source(ids[:, :32]).sub(sinusoidal_table(32, 64)).std() < 0.15
+
+
+def rotated_dot(q: torch.Tensor, k: torch.Tensor, m: int, n: int) -> float:
+    """q (d_head,) turned as at position m, dotted with k (d_head,) turned as at position n."""
+    rotary = RotaryPositions(64, q.numel())
+    return (rotary(q[None, None, None], m) @ rotary(k[None, None, None], n).mT).item()
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rotary_tables_match_closed_form(base):
+    d_head = 8
+    cos, sin = rotary_tables(60, d_head, base)
+    assert cos.shape == sin.shape == (60, d_head // 2)
+    for pos in [0, 1, 5, 59]:
+        for i in range(d_head // 2):
+            angle = pos * base ** (-2 * i / d_head)
+            assert cos[pos, i].item() == pytest.approx(math.cos(angle), abs=1e-6), (pos, i)
+            assert sin[pos, i].item() == pytest.approx(math.sin(angle), abs=1e-6), (pos, i)
+
+
+def test_rotary_turns_half_split_pairs_by_the_closed_form_angle():
+    d_head = 8
+    rotary = RotaryPositions(64, d_head)
+    x = torch.randn(2, 3, 5, d_head, generator=torch.Generator().manual_seed(0))  # (B, h, L, d)
+    offset = 11
+    out = rotary(x, offset)
+    assert out.shape == x.shape
+    for t in [0, 2, 4]:
+        for i in range(d_head // 2):
+            angle = (offset + t) * 10000 ** (-2 * i / d_head)  # pair (i, i + d_head/2)
+            a, b = x[1, 2, t, i].item(), x[1, 2, t, i + d_head // 2].item()
+            expected_a = a * math.cos(angle) - b * math.sin(angle)
+            expected_b = a * math.sin(angle) + b * math.cos(angle)
+            assert out[1, 2, t, i].item() == pytest.approx(expected_a, abs=1e-5), (t, i)
+            assert out[1, 2, t, i + d_head // 2].item() == pytest.approx(expected_b, abs=1e-5)
+    assert torch.equal(rotary(x, 0)[:, :, :1], x[:, :, :1])  # position 0: no turn
+
+
+def test_rotary_preserves_norms():
+    x = torch.randn(2, 3, 20, 8, generator=torch.Generator().manual_seed(0))
+    out = RotaryPositions(64, 8)(x, 7)
+    assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+    assert not torch.allclose(out, x)
+
+
+def test_rotated_dot_product_depends_only_on_relative_offset():
+    q, k = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    dot = rotated_dot(q, k, 3, 1)
+    for shift in [10, 37]:
+        assert rotated_dot(q, k, 3 + shift, 1 + shift) == pytest.approx(dot, abs=1e-5), shift
+    assert rotated_dot(q, k, 3, 0) != pytest.approx(dot, abs=1e-3)  # another offset
+    assert rotated_dot(q, k, 5, 5) == pytest.approx((q @ k).item(), abs=1e-5)  # offset 0
+
+
+def test_rotary_needs_an_even_head_size_and_stores_nothing():
+    with pytest.raises(ValueError, match="d_head=5 is odd"):
+        RotaryPositions(16, 5)
+    rotary = RotaryPositions(16, 8)
+    assert list(rotary.parameters()) == [] and rotary.state_dict() == {}

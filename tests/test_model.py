@@ -44,6 +44,8 @@ CONFIGS = [
     dict(),
     dict(norm_first=False),
     dict(pos_encoding="learned"),
+    dict(pos_encoding="none"),
+    dict(pos_encoding="rope"),
     dict(scale_embedding=False, share_embeddings=False),
 ]
 
@@ -106,20 +108,74 @@ def test_tying_survives_to():
     assert model(src, tgt_in).dtype == torch.float64
 
 
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "none"])
 @pytest.mark.parametrize("assign", [False, True])
-def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign):
-    model = make_model()
+def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign, pos_encoding):
+    model = make_model(pos_encoding=pos_encoding)
     batch = padded_batch()
     with torch.no_grad():
         loss_before = loss_of(model, *batch)
     torch.save(model.state_dict(), tmp_path / "model.pt")
 
-    fresh = make_model(seed=123)
+    fresh = make_model(seed=123, pos_encoding=pos_encoding)
     with torch.no_grad():
         assert not torch.equal(loss_of(fresh, *batch), loss_before)
         fresh.load_state_dict(torch.load(tmp_path / "model.pt"), assign=assign)
         assert_tied(fresh)
         assert torch.equal(loss_of(fresh, *batch), loss_before)
+
+
+@pytest.mark.parametrize("pos_encoding", ["rope", "none"])
+def test_no_positional_entries_in_state_dict_or_parameters(pos_encoding):
+    model = make_model(pos_encoding=pos_encoding)
+    sinusoidal = make_model()
+    assert set(model.state_dict()) == set(sinusoidal.state_dict())
+    assert model.num_parameters() == sinusoidal.num_parameters()
+
+
+def test_rope_rotates_self_attention_only_with_one_shared_module():
+    model = make_model(pos_encoding="rope")
+    rotary = model.encoder_layers[0].self_attn.rotary
+    assert rotary is not None and rotary.cos.shape == (MAX_SEQ_LEN, 8 // 2)  # d_k = 16 / 2
+    self_attns = [layer.self_attn for layer in [*model.encoder_layers, *model.decoder_layers]]
+    assert all(attn.rotary is rotary for attn in self_attns)
+    assert all(layer.cross_attn.rotary is None for layer in model.decoder_layers)
+    assert all(layer.self_attn.rotary is None for layer in make_model().encoder_layers)
+
+
+def test_rope_self_attention_sees_relative_positions_only():
+    attn = make_model(pos_encoding="rope").encoder_layers[0].self_attn
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(0))  # (B, L, d_model)
+
+    def attend_at(query_offset: int, key_offset: int) -> torch.Tensor:
+        return attn.attend(x, *attn.keys_values(x, key_offset), offset=query_offset)
+
+    assert torch.allclose(attend_at(0, 0), attend_at(30, 30), atol=1e-5)
+    assert not torch.allclose(attend_at(0, 0), attend_at(3, 0), atol=1e-3)
+    assert not torch.allclose(attend_at(0, 0), attend_at(0, 3), atol=1e-3)
+
+
+def test_rope_needs_an_even_head_size():
+    with pytest.raises(ValueError, match="d_head=3 is odd"):
+        make_model(pos_encoding="rope", d_model=12, n_heads=4)
+
+
+def permuted_encoding(model: Transformer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoder outputs of a source without padding, its rows permuted afterwards and before."""
+    src = random_ids((2, 9))
+    perm = torch.tensor([4, 0, 8, 2, 7, 1, 3, 6, 5])
+    return model.encode(src)[:, perm], model.encode(src[:, perm])
+
+
+def test_encoder_without_positions_is_permutation_equivariant():
+    permuted_after, permuted_before = permuted_encoding(make_model(pos_encoding="none"))
+    assert torch.allclose(permuted_before, permuted_after, atol=1e-5)
+
+
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "rope"])
+def test_encoder_with_positions_is_not_permutation_equivariant(pos_encoding):
+    permuted_after, permuted_before = permuted_encoding(make_model(pos_encoding=pos_encoding))
+    assert not torch.allclose(permuted_before, permuted_after, atol=1e-3)
 
 
 def test_optimizer_step_keeps_tables_tied():
@@ -279,8 +335,9 @@ def test_cache_holds_cross_attention_keys_values_computed_once():
         assert layer_cache.self_k.shape == layer_cache.self_v.shape == (2, 2, 6, 8)
 
 
-def test_reordered_cache_continues_the_gathered_rows():
-    model = make_model()
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope"])
+def test_reordered_cache_continues_the_gathered_rows(pos_encoding):
+    model = make_model(pos_encoding=pos_encoding)
     src, tgt_in, _ = padded_batch()
     cache = model.start_decoding(model.encode(src), src)
     for t in range(3):
@@ -292,8 +349,9 @@ def test_reordered_cache_continues_the_gathered_rows():
     assert torch.allclose(hidden, full, atol=1e-5)
 
 
-def test_decode_step_under_bf16_autocast_is_finite_and_close():
-    model = make_model()
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope"])
+def test_decode_step_under_bf16_autocast_is_finite_and_close(pos_encoding):
+    model = make_model(pos_encoding=pos_encoding)
     src, tgt_in, _ = padded_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         stepped = decode_step_by_step(model, src, tgt_in)

@@ -46,10 +46,60 @@ class LearnedPositions(nn.Module):
         return x + self.table.weight[offset : offset + x.size(1)]
 
 
+class NoPositions(nn.Module):
+    """Adds nothing: pe=none (no position information) and pe=rope (positions enter attention)."""
+
+    def __init__(self, max_seq_len: int, d_model: int):
+        super().__init__()
+
+    def forward(self, x: Tensor, offset: int) -> Tensor:
+        """(B, L, d_model) -> the same tensor."""
+        return x
+
+
+# The module adding positions to the token embedding; pe=rope also rotates queries and keys in
+# self-attention (RotaryPositions, built by the Transformer, which knows the head dimension).
 POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
     "sinusoidal": SinusoidalPositions,
     "learned": LearnedPositions,
+    "none": NoPositions,
+    "rope": NoPositions,
 }
+
+
+def rotary_tables(max_len: int, d_head: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotary angles, each (max_len, d_head / 2): angle[pos, i] =
+    pos * base^(-2i / d_head), the angle by which pair i of a vector at position pos turns."""
+    if d_head % 2:
+        raise ValueError(f"rotary positions rotate pairs of dimensions: d_head={d_head} is odd")
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    two_i = torch.arange(0, d_head, 2, dtype=torch.float64)  # (d_head / 2,)
+    angle = position * base ** (-two_i / d_head)  # (max_len, d_head / 2)
+    dtype = torch.get_default_dtype()
+    return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+
+
+class RotaryPositions(nn.Module):
+    """Rotary position embedding (RoPE, Su et al., 2021) for queries or keys of one head size.
+
+    Half-split (GPT-NeoX) layout: dimension i pairs with i + d_head/2, and pair i turns by
+    angle pos * 10000^(-2i/d_head), so a rotated query-key dot product depends only on the
+    positions' offset. No parameters; the tables are non-persistent buffers, never in checkpoints.
+    """
+
+    def __init__(self, max_seq_len: int, d_head: int):
+        super().__init__()
+        cos, sin = rotary_tables(max_seq_len, d_head)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x: Tensor, offset: int) -> Tensor:
+        """x (B, h, L, d_head) at positions offset..offset+L-1 -> rotated, same shape and dtype."""
+        positions = slice(offset, offset + x.size(-2))
+        cos = self.cos[positions].to(x.dtype)  # (L, d_head / 2)
+        sin = self.sin[positions].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)  # each (B, h, L, d_head / 2)
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 def token_table(vocab_size: int, d_model: int, padding_idx: int) -> nn.Embedding:

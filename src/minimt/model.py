@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minimt.embedding import Seq2SeqEmbedding
+from minimt.embedding import RotaryPositions, Seq2SeqEmbedding
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -45,14 +45,21 @@ def attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """Projects queries from x and keys/values from context, attends per head, projects back."""
+    """Projects queries from x and keys/values from context, attends per head, projects back.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    With rotary (pe=rope, self-attention only) queries and keys are rotated by their positions
+    after projection, the query at offset..offset+T-1 and the keys at offset..offset+S-1.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, rotary: RotaryPositions | None = None
+    ):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
         self.dropout = dropout
+        self.rotary = rotary
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
@@ -65,15 +72,23 @@ class MultiHeadAttention(nn.Module):
         k, v = self.keys_values(context)
         return self.attend(x, k, v, mask, is_causal=is_causal)
 
-    def keys_values(self, context: Tensor) -> tuple[Tensor, Tensor]:
-        """context (B, S, d_model) -> keys and values, each (B, h, S, d_k)."""
-        return self._split_heads(self.k_proj(context)), self._split_heads(self.v_proj(context))
+    def keys_values(self, context: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """context (B, S, d_model) at positions offset.. -> keys and values, each (B, h, S, d_k)."""
+        k = self._rotate(self._split_heads(self.k_proj(context)), offset)
+        return k, self._split_heads(self.v_proj(context))
 
     def attend(
-        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False
+        self,
+        x: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        offset: int = 0,
     ) -> Tensor:
-        """x (B, T, d_model) queries against projected k, v (B, h, S, d_k) -> (B, T, d_model)."""
-        q = self._split_heads(self.q_proj(x))  # (B, h, T, d_k)
+        """x (B, T, d_model) queries at positions offset.. against projected k, v (B, h, S, d_k)
+        -> (B, T, d_model)."""
+        q = self._rotate(self._split_heads(self.q_proj(x)), offset)  # (B, h, T, d_k)
         dropout_p = self.dropout if self.training else 0.0
         out = attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p)  # (B, h, T, d_k)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
@@ -81,6 +96,10 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, x: Tensor) -> Tensor:
         """(B, L, d_model) -> (B, h, L, d_k)."""
         return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+
+    def _rotate(self, x: Tensor, offset: int) -> Tensor:
+        """(B, h, L, d_k) at positions offset.. -> rotated by RoPE, or unchanged without it."""
+        return x if self.rotary is None else self.rotary(x, offset)
 
 
 class FeedForward(nn.Module):
@@ -121,9 +140,10 @@ class EncoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         norm_first: bool,
+        rotary: RotaryPositions | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, rotary)
         self.ffn = FeedForward(d_model, d_ff)
         self.attn_residual = Residual(d_model, dropout, norm_first)
         self.ffn_residual = Residual(d_model, dropout, norm_first)
@@ -177,9 +197,12 @@ class DecoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         norm_first: bool,
+        rotary: RotaryPositions | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, rotary)
+        # Never rotated: source and target positions count along different sequences, so their
+        # offset means nothing; cross-attention stays position-free under every encoding.
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.ffn = FeedForward(d_model, d_ff)
         self.self_attn_residual = Residual(d_model, dropout, norm_first)
@@ -196,18 +219,20 @@ class DecoderLayer(nn.Module):
         y = self.cross_attn_residual(y, lambda h: self.cross_attn(h, memory, src_mask))
         return self.ffn_residual(y, self.ffn)
 
-    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor) -> Tensor:
+    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, position: int) -> Tensor:
         """y (B, 1, d_model), the newest position only -> (B, 1, d_model); appends to cache.
 
         The one query may see every cached key (all earlier positions), so no causal mask: SDPA's
-        is_causal aligns top-left when Lq != Lk and would hide all but the first key.
+        is_causal aligns top-left when Lq != Lk and would hide all but the first key. Keys are
+        cached as attended (rotated at their own positions under RoPE); the new query and key are
+        rotated at position.
         """
 
         def self_attention(h: Tensor) -> Tensor:
-            k, v = self.self_attn.keys_values(h)  # (B, h, 1, d_k)
+            k, v = self.self_attn.keys_values(h, position)  # (B, h, 1, d_k)
             cache.self_k = torch.cat([cache.self_k, k], dim=2)  # (B, h, t + 1, d_k)
             cache.self_v = torch.cat([cache.self_v, v], dim=2)
-            return self.self_attn.attend(h, cache.self_k, cache.self_v)
+            return self.self_attn.attend(h, cache.self_k, cache.self_v, offset=position)
 
         y = self.self_attn_residual(y, self_attention)
         y = self.cross_attn_residual(
@@ -252,12 +277,16 @@ class Transformer(nn.Module):
             scale_embedding=scale_embedding,
             share_embeddings=share_embeddings,
         )
+        # One rotary module (tables only, no parameters) serves every self-attention layer.
+        rotary = (
+            RotaryPositions(max_seq_len, d_model // n_heads) if pos_encoding == "rope" else None
+        )
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout, norm_first)
+            EncoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, rotary)
             for _ in range(n_encoder_layers)
         )
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout, norm_first)
+            DecoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, rotary)
             for _ in range(n_decoder_layers)
         )
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
@@ -309,7 +338,7 @@ class Transformer(nn.Module):
         """
         y = self.embedding.encode_target(tokens, offset=cache.position)  # (B, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
-            y = layer.step(y, layer_cache, cache.src_mask)
+            y = layer.step(y, layer_cache, cache.src_mask, cache.position)
         cache.position += 1
         return self.decoder_norm(y)
 
