@@ -1,0 +1,255 @@
+"""TensorBoard views of what each embedding choice does to a trained model.
+
+HPARAMS (the study's settings against its scores), the target table in the Projector, the
+positional table and its position-to-position similarity, token vs positional norms, and
+cross-attention heatmaps. None changes the weights (cross_attention sets eval mode, as validation
+does).
+"""
+
+import inspect
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from omegaconf import DictConfig
+from tokenizers import Tokenizer
+from torch import Tensor, nn
+from torch.utils.tensorboard import SummaryWriter
+
+from minimt.model import MultiHeadAttention, Transformer
+from minimt.tokenizer import EOS_ID, TokenizerPair
+
+
+def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
+    """One row of the HPARAMS tab: the embedding choices and optimiser settings -> the scores.
+
+    metrics is what training writes to metrics.json: best_val_bleu, the validation loss at that
+    step and the first test set's BLEU (left out when there is none). Written into the writer's
+    own folder, so TensorBoard pairs the row with the run's curves; the writer is flushed first
+    because the row goes to a second event file there: call this last.
+    """
+    hparams = {
+        "pe": cfg.pe.name,
+        "scale": cfg.embedding.scale,
+        "share": cfg.embedding.share,
+        "seed": cfg.trainer.seed,
+        "lr": cfg.trainer.lr,
+        "warmup_steps": cfg.trainer.warmup_steps,
+        "d_model": cfg.model.d_model,
+        "vocab_size": cfg.tokenizer.vocab_size,
+        "langs": f"{cfg.data.src_lang}-{cfg.data.tgt_lang}",
+    }
+    best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
+    scores = {"hparam/best_val_bleu": metrics["best_val_bleu"]}
+    if best:
+        scores["hparam/val_loss"] = best[0]["loss"]
+    if metrics["test"]:
+        scores["hparam/test_bleu"] = next(iter(metrics["test"].values()))["bleu"]
+    writer.flush()
+    writer.add_hparams(hparams, scores, run_name=".", global_step=metrics["steps"])
+
+
+def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """One readable single-line label per id: its decoded text with spaces shown as '▁'.
+
+    A byte-level token that is part of a multi-byte character decodes to U+FFFD: its BPE symbol
+    is shown instead. Tabs, newlines and other control characters are escaped ('\\t').
+    """
+    texts = tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
+    labels = []
+    for i, text in zip(ids, texts, strict=True):
+        text = tokenizer.id_to_token(i) if "\ufffd" in text else text.replace(" ", "▁")
+        labels.append("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
+    return labels
+
+
+@torch.no_grad()
+def log_embedding_projector(
+    writer: SummaryWriter,
+    model: Transformer,
+    tokenizers: TokenizerPair,
+    step: int,
+    max_tokens: int = 10_000,
+) -> None:
+    """The target table's first max_tokens rows (N, d_model) in the Projector, BPE tokens as labels.
+
+    With share_embeddings it is also the source table and the output projection. The Projector
+    reads a text table: values are rounded to 4 decimals (in float64, so that they print short),
+    which makes it 2.5x smaller.
+    """
+    table = model.embedding.tgt_token_weight[:max_tokens].detach().cpu().double()  # (N, d_model)
+    table = table.round(decimals=4)
+    labels = token_labels(tokenizers.tgt, range(table.size(0)))
+    writer.add_embedding(table, metadata=labels, global_step=step, tag="tgt_tokens")
+
+
+def positional_table(model: Transformer) -> Tensor | None:
+    """(max_seq_len, d_model) table the positional module adds, or None when it adds none.
+
+    Sinusoidal keeps it in a `table` buffer, learned in `table.weight`; `none` and RoPE (which
+    rotates queries and keys instead of adding to the input) have no such table.
+    """
+    table = getattr(model.embedding.positions, "table", None)
+    if isinstance(table, nn.Embedding):
+        table = table.weight
+    is_table = isinstance(table, Tensor) and table.dim() == 2
+    return table if is_table and table.size(1) == model.embedding.d_model else None
+
+
+def cosine_similarity_matrix(table: Tensor) -> Tensor:
+    """(P, d) rows -> (P, P) cosine similarity of every pair of rows (ones on the diagonal)."""
+    unit = F.normalize(table, dim=1)
+    return unit @ unit.T
+
+
+@torch.no_grad()
+def log_positional_views(
+    writer: SummaryWriter, model: Transformer, step: int, max_positions: int = 128
+) -> None:
+    """Images of the positional table (positions x dims) and of its (P, P) cosine similarity.
+
+    Sinusoidal: fixed bands, similarity falling off with distance; learned: what training made
+    of it (positions beyond the training lengths stay at their random init). Nothing is written
+    when the positional module adds no table (`none`, RoPE).
+    """
+    table = positional_table(model)
+    if table is None:
+        return
+    table = table[:max_positions].float().cpu()  # (P, d_model)
+    limit = table.abs().max().item()
+    figure = heatmap(table, "positional table", "dimension", "position", -limit, limit)
+    writer.add_figure("positions/table", figure, step)
+    similarity = cosine_similarity_matrix(table)  # (P, P)
+    figure = heatmap(similarity, "cosine similarity", "position", "position", -1.0, 1.0)
+    writer.add_figure("positions/cosine_similarity", figure, step)
+
+
+@torch.no_grad()
+def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, step: int) -> None:
+    """Mean L2 norm over the real tokens of src (B, S) of the embedding's two parts.
+
+    embedding/token_norm: the lookup times the scale (sqrt(d_model) or 1);
+    embedding/position_norm: what the positional module adds to it (0 for `none` and RoPE);
+    embedding/token_to_position: their ratio, when the positional part is not 0. Scaling decides
+    which part dominates the sum the first layer sees.
+    """
+    embedding = model.embedding
+    src = src.to(embedding.tgt_token_weight.device)
+    tokens = embedding.src_tokens(src) * embedding.scale  # (B, S, d_model)
+    positional = embedding.positions(tokens, 0) - tokens  # (B, S, d_model)
+    real = src != model.pad_id  # (B, S)
+    token_norm = tokens.norm(dim=-1)[real].mean().item()
+    position_norm = positional.norm(dim=-1)[real].mean().item()
+    writer.add_scalar("embedding/token_norm", token_norm, step)
+    writer.add_scalar("embedding/position_norm", position_norm, step)
+    if position_norm > 0:
+        writer.add_scalar("embedding/token_to_position", token_norm / position_norm, step)
+
+
+def attention_probs(
+    attn: MultiHeadAttention, x: Tensor, context: Tensor, mask: Tensor | None
+) -> Tensor:
+    """The weights attn(x, context, mask) uses: softmax(q k^T / sqrt(d_k)), masked keys at 0.
+
+    x (B, T, d_model), context (B, S, d_model), mask broadcasting to (B, h, T, S) -> (B, h, T, S).
+    """
+    q = attn._rotate(attn._split_heads(attn.q_proj(x)), 0)  # (B, h, T, d_k), as forward does
+    k, _ = attn.keys_values(context)  # (B, h, S, d_k)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    return scores.softmax(dim=-1)
+
+
+@torch.no_grad()
+def cross_attention(model: Transformer, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
+    """Teacher-forced cross-attention weights of every decoder layer, each (B, h, T, S).
+
+    SDPA returns no weights: forward hooks catch each cross_attn's inputs during model.decode
+    and attention_probs recomputes them. Puts the model in eval mode, as validation does.
+    """
+    model.eval()
+    weights = []
+
+    def hook(module: MultiHeadAttention, args: tuple, kwargs: dict, output: Tensor) -> None:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        inputs = bound.arguments
+        weights.append(attention_probs(module, inputs["x"], inputs["context"], inputs["mask"]))
+
+    handles = [
+        layer.cross_attn.register_forward_hook(hook, with_kwargs=True)
+        for layer in model.decoder_layers
+    ]
+    try:
+        model.decode(tgt_in, model.encode(src), src)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return weights
+
+
+def log_cross_attention(
+    writer: SummaryWriter,
+    model: Transformer,
+    src: Tensor,
+    tgt_in: Tensor,
+    step: int,
+    tokenizers: TokenizerPair,
+    layer: int = -1,
+) -> None:
+    """A heatmap per sentence of src (B, S), tgt_in (B, T): decoder layer `layer`'s cross-attention,
+    mean over heads; rows are the target tokens each query predicts, columns the source tokens."""
+    device = model.embedding.tgt_token_weight.device
+    probs = cross_attention(model, src.to(device), tgt_in.to(device))[layer]  # (B, h, T, S)
+    probs = probs.mean(dim=1).float().cpu()  # (B, T, S)
+    for i, (src_ids, tgt_ids) in enumerate(zip(src.tolist(), tgt_in.tolist(), strict=True)):
+        s = sum(t != model.pad_id for t in src_ids)
+        t = sum(t != model.pad_id for t in tgt_ids)
+        predicted = [*tgt_ids[1:t], EOS_ID]  # query t predicts tgt_in[t + 1]
+        figure = heatmap(
+            probs[i, :t, :s],
+            f"cross-attention, decoder layer {layer % len(model.decoder_layers)}",
+            "source",
+            "target",
+            0.0,
+            1.0,
+            token_labels(tokenizers.src, src_ids[:s]),
+            token_labels(tokenizers.tgt, predicted),
+        )
+        writer.add_figure(f"cross_attention/{i}", figure, step)
+
+
+def heatmap(
+    values: Tensor,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    vmin: float,
+    vmax: float,
+    xticklabels: list[str] | None = None,
+    yticklabels: list[str] | None = None,
+) -> Figure:
+    """(H, W) values as a small colour-mapped figure on [vmin, vmax] (a diverging map when vmin
+    is negative); tick labels one per cell when given."""
+    rows, cols = values.shape
+    size = (3 + 0.2 * cols, 1.5 + 0.2 * rows) if xticklabels else (6.0, 4.5)
+    figure = Figure(figsize=size, dpi=72, layout="constrained")
+    ax = figure.add_subplot()
+    image = ax.imshow(
+        values.numpy(),
+        cmap="RdBu_r" if vmin < 0 else "viridis",
+        vmin=vmin,
+        vmax=vmax,
+        aspect="auto",
+        interpolation="nearest",
+    )
+    figure.colorbar(image, ax=ax)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if xticklabels:
+        ax.set_xticks(range(cols), xticklabels, rotation=90, fontsize=8)
+    if yticklabels:
+        ax.set_yticks(range(rows), yticklabels, fontsize=8)
+    return figure
