@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from minimt.embedding import POSITIONAL_ENCODINGS
 from minimt.tokenizer import MIN_VOCAB_SIZE
@@ -38,6 +38,11 @@ positive_int = at_least(1)
 
 def optional_positive_int(v: object) -> str | None:
     return None if v is None else positive_int(v)
+
+
+def positive_int_list(v: object) -> str | None:
+    ok = isinstance(v, ListConfig | list) and all(positive_int(x) is None for x in v)
+    return None if ok else "must be a list of integers >= 1 (may be empty)"
 
 
 def positive_number(v: object) -> str | None:
@@ -98,6 +103,7 @@ RULES: dict[str, Rule] = {
     "decoding.max_len_b": positive_int,
     "decoding.test_beam": positive_int,
     "decoding.length_penalty": non_negative_number,
+    "decoding.long_inputs": positive_int_list,
 }
 
 

@@ -33,6 +33,7 @@ from minimt.config import ConfigError, validate_config
 from minimt.data import Batch, BatchedPairs
 from minimt.distributed import Distributed
 from minimt.interrupt import StopRequest
+from minimt.lengths import join_consecutive
 from minimt.loss import label_smoothed_cross_entropy
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
@@ -256,6 +257,28 @@ def score_test_sets(translator: Translator, data: RunData, cfg: DictConfig, run_
             scores.bleu,
             scores.chrf,
             scores.bleu_signature,
+        )
+    return results
+
+
+def score_long_inputs(translator: Translator, data: RunData, joins: list[int]) -> dict:
+    """Greedy scores on each test set with k consecutive sentences joined into one input."""
+    results: dict[str, dict] = {}
+    for name, pairs in data.splits.tests.items():
+        results[name] = {}
+        for k in joins:
+            joined = join_consecutive(pairs, k)
+            scores, _ = score(translator, joined, beam=1, length_penalty=1.0)
+            words = sum(len(line.split()) for line in joined[0]) / max(len(joined[0]), 1)
+            results[name][str(k)] = {
+                "bleu": scores.bleu,
+                "chrf": scores.chrf,
+                "mean_src_words": words,
+            }
+        log.info(
+            "%s, k sentences joined: %s",
+            name,
+            ", ".join(f"k={k} BLEU {r['bleu']:.2f}" for k, r in results[name].items()),
         )
     return results
 
@@ -567,6 +590,7 @@ class Trainer:
             prefix = "test" if i == 0 else f"test/{name}"
             values = {"bleu": result["bleu"], "chrf": result["chrf"]}
             log_scalars(self.writer, prefix, values, state.step)
+        long_inputs = score_long_inputs(self.translator, self.data, list(cfg.decoding.long_inputs))
         metrics = {
             "steps": state.step,
             "epochs_completed": state.epoch,
@@ -583,6 +607,8 @@ class Trainer:
             "best_step": state.best_step,
             "val_history": state.val_history,
             "test": tests,
+            "long_inputs": long_inputs,
+            "config": OmegaConf.to_container(cfg, resolve=True),
         }
         save_json(self.run_dir / "metrics.json", metrics)
         return metrics
