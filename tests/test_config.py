@@ -11,6 +11,8 @@ from tests.helpers import REPO, compose_config
     [
         [],
         ["pe=learned"],
+        ["experiment=smoke", "pe=none"],
+        ["experiment=smoke", "pe=rope"],
         ["embedding.scale=false"],
         ["embedding.share=false"],
         ["embedding.share=false", "tokenizer.joint=false"],
@@ -58,7 +60,7 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("embedding.share=1", ["embedding.share", "true or false"]),
         ("trainer.batch_tokens=-5", ["trainer.batch_tokens", "integer >= 1"]),
         ("tokenizer.vocab_size=100", ["tokenizer.vocab_size", ">= 260"]),
-        ("pe.name=rotary", ["pe.name", "sinusoidal", "learned"]),
+        ("pe.name=rotary", ["pe.name", "sinusoidal", "learned", "none", "rope"]),
         ("trainer.precision=fp16", ["trainer.precision", "bf16", "fp32"]),
         ("model.dropout=1.5", ["model.dropout", "[0, 1)"]),
         ("model.n_heads=3", ["model.d_model=256", "model.n_heads=3"]),
@@ -74,6 +76,12 @@ def test_bad_values_name_the_key_and_the_choices(override, named):
         validate_config(compose_config(override))
     for text in named:
         assert text in str(error.value)
+
+
+def test_rope_needs_an_even_head_size():
+    with pytest.raises(ConfigError, match=r"pe=rope.*model.d_model / model.n_heads.*12 / 4"):
+        validate_config(compose_config("pe=rope", "model.d_model=12", "model.n_heads=4"))
+    validate_config(compose_config("pe=sinusoidal", "model.d_model=12", "model.n_heads=4"))
 
 
 def test_all_problems_are_reported_at_once():

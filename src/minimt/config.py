@@ -135,6 +135,11 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
             f"model.d_model={cfg.model.d_model} must be divisible by "
             f"model.n_heads={cfg.model.n_heads}"
         )
+    elif cfg.pe.name == "rope" and (cfg.model.d_model // cfg.model.n_heads) % 2:
+        problems.append(
+            f"pe=rope rotates pairs of dimensions, so the head size model.d_model / model.n_heads "
+            f"must be even, got {cfg.model.d_model} / {cfg.model.n_heads}"
+        )
     if cfg.data.max_train_len + 1 > cfg.model.max_seq_len:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
