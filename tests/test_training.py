@@ -1,5 +1,6 @@
 """The training run end to end on a few hundred real sentences, and its schedule."""
 
+import contextlib
 import json
 import math
 import subprocess
@@ -66,6 +67,21 @@ def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
     losses = tags["train/loss"]
     assert losses[-1] < losses[0] - 1.0, losses
     assert all(math.isfinite(x) for x in losses)
+
+
+def test_smoke_run_writes_the_embedding_views(smoke_run):
+    run_dir, _ = smoke_run
+    images, hparams = set(), False
+    for path in run_dir.glob("events.out.tfevents*"):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        images |= set(acc.Tags()["images"])
+        with contextlib.suppress(KeyError):  # raised by the event files without hparams
+            hparams |= bool(acc.PluginTagToContent("hparams"))
+    assert {"positions/table", "positions/cosine_similarity"} <= images
+    assert any(tag.startswith("cross_attention/") for tag in images) and hparams
+    assert (run_dir / "projector_config.pbtxt").is_file()
+    assert {"embedding/token_norm", "embedding/position_norm"} <= set(scalars(run_dir))
 
 
 def test_run_directory_rebuilds_the_model(smoke_run):

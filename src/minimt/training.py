@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from minimt import views
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import (
     ARCHITECTURE_KEYS,
@@ -319,6 +320,9 @@ class Trainer:
             self.data = prepare_data(cfg)
         if dist.is_main:
             self.data.tokenizers.save(run_dir)
+        # a few fixed validation sentences whose cross-attention each validation draws
+        n_val = len(self.data.val_batches.pairs)
+        self.attention_batch = self.data.val_batches.collate(range(min(4, n_val)))
         vocab = (self.data.tokenizers.src_vocab_size, self.data.tokenizers.tgt_vocab_size)
         self.model = build_model(cfg, *vocab).to(self.device)
         if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
@@ -540,6 +544,7 @@ class Trainer:
         state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
         values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu}
         log_scalars(self.writer, "val", values | {"chrf": scores.chrf}, state.step)
+        self._log_views()
         log.info(
             "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
             state.step,
@@ -550,6 +555,15 @@ class Trainer:
         if scores.bleu > state.best_val_bleu:
             state.best_val_bleu, state.best_step = scores.bleu, state.step
             save_checkpoint(self.ckpt_dir / "best.pt", weights_dict(self.model, state, self.cfg))
+
+    def _log_views(self) -> None:
+        """TensorBoard images of the positional table, embedding norms, cross-attention."""
+        batch, step = self.attention_batch, self.state.step
+        views.log_positional_views(self.writer, self.model, step)
+        views.log_embedding_norms(self.writer, self.model, batch.src.to(self.device), step)
+        views.log_cross_attention(
+            self.writer, self.model, batch.src, batch.tgt_in, step, self.data.tokenizers
+        )
 
     def _save(self) -> None:
         """checkpoints/step_<N>.pt: everything needed to continue exactly (all ranks call it)."""
@@ -610,6 +624,8 @@ class Trainer:
             "long_inputs": long_inputs,
             "config": OmegaConf.to_container(cfg, resolve=True),
         }
+        views.log_embedding_projector(self.writer, self.model, self.data.tokenizers, state.step)
+        views.log_hparams(self.writer, cfg, metrics)  # last: it flushes the writer first
         save_json(self.run_dir / "metrics.json", metrics)
         return metrics
 
