@@ -33,3 +33,4 @@ def setup_logging() -> None:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # a line per event file read
