@@ -7,26 +7,19 @@ re-run over the whole prefix every step) and cached beam 5, each `repeats` times
 prints medians and ratios and writes RUN/benchmark_decoding.json. Also reports BLEU of each.
 """
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
+from minimt.benchmarking import decoding_rates
 from minimt.checkpoint import save_json
 from minimt.cli import parse_args, setup_logging
 from minimt.corpus import load_multi30k
-from minimt.metrics import corpus_scores
 from minimt.translator import Translator
 
 DEFAULTS = {"run": "???", "checkpoint": "best", "repeats": 3, "split": "test_2016_flickr"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
-VARIANTS = {  # name: (use_cache, beam)
-    "greedy_cached": (True, 1),
-    "greedy_uncached": (False, 1),
-    "beam5_cached": (True, 5),
-}
 
 
 def main(argv: list[str]) -> None:
@@ -38,16 +31,7 @@ def main(argv: list[str]) -> None:
     sources, references = load_multi30k(
         data.url, data.dir, data.src_lang, data.tgt_lang, [args.split]
     )[args.split]
-    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    bleu = {}
-    for _ in range(args.repeats):
-        for name, (use_cache, beam) in VARIANTS.items():
-            translator.use_cache = use_cache
-            start = time.perf_counter()
-            hyps = translator.translate(sources, beam=beam)
-            seconds[name].append(time.perf_counter() - start)
-            bleu[name] = corpus_scores(hyps, references).bleu
-    rates = {name: len(sources) / statistics.median(s) for name, s in seconds.items()}
+    rates, seconds, bleu = decoding_rates(translator, sources, references, args.repeats)
     report = {
         "run": str(run),
         "split": args.split,

@@ -19,7 +19,6 @@ Linux); prints a table and writes DIR/benchmark_preprocessing.json.
 
 import gzip
 import platform
-import resource
 import shutil
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from minimt.benchmarking import peak_rss_mb
 from minimt.checkpoint import save_json
 from minimt.cli import parse_args, setup_logging
 from minimt.corpus import fetch_multi30k_file, read_parallel
@@ -130,14 +130,6 @@ def run_stage(stage: str, overrides: list[str]) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "anon_rss_mb": anon_rss_mb(),
     }
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far, in MB (Linux reports ru_maxrss in KiB).
-
-    It counts the pages of memory-mapped Arrow files that were read, which the kernel can drop.
-    """
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def anon_rss_mb() -> float:

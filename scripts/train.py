@@ -9,18 +9,16 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from minimt.checkpoint import CheckpointError, run_dir_of
-from minimt.config import ConfigError
+from minimt.checkpoint import CheckpointError
+from minimt.config import ConfigError, register_resolvers
 from minimt.corpus import DataError
 from minimt.training import Interrupted, TrainingDiverged, train
 
 log = logging.getLogger("minimt")
 
-OmegaConf.register_new_resolver(
-    "minimt.run_dir", lambda resume, new: str(run_dir_of(resume)) if resume else new
-)
+register_resolvers()
 
 
 def resume_command(run_dir: str) -> str:

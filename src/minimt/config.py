@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from minimt.checkpoint import run_dir_of
 from minimt.embedding import POSITIONAL_ENCODINGS
 from minimt.tokenizer import MIN_VOCAB_SIZE
 
@@ -146,3 +147,11 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
             f"{cfg.data.max_train_len + 1} (room for <bos>/<eos>), got {cfg.model.max_seq_len}"
         )
     return problems
+
+
+def register_resolvers() -> None:
+    """`${minimt.run_dir:${resume},NEW}` (configs/config.yaml): a resumed run keeps its folder."""
+    if not OmegaConf.has_resolver("minimt.run_dir"):
+        OmegaConf.register_new_resolver(
+            "minimt.run_dir", lambda resume, new: str(run_dir_of(resume)) if resume else new
+        )

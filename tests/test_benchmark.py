@@ -1,0 +1,47 @@
+"""What the benchmark computes: padding fractions, and the script end to end on the smoke config."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from minimt.benchmarking import padding_fraction
+from tests.helpers import REPO
+
+
+def test_padding_fraction_of_fabricated_batches():
+    lengths = np.array([3, 5, 2, 4, 4])
+    # batch 1: 3 rows padded to 5 -> 15 positions, 10 real; batch 2: 2 rows of 4, no padding
+    assert padding_fraction(lengths, [[0, 1, 2], [3, 4]]) == 1 - (10 + 8) / (15 + 8)
+    assert padding_fraction(lengths, [[3, 4]]) == 0.0
+
+
+def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
+    out = tmp_path / "bench"
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "benchmark.py"),
+        "experiment=smoke",
+        f"data.url={multi30k_dir}",
+        f"data.dir={tmp_path / 'data'}",
+        "benchmark.warmup_steps=2",
+        "benchmark.windows=2",
+        "benchmark.window_steps=3",
+        "benchmark.matmul_size=512",
+        "benchmark.repeats=1",
+        "benchmark.decode_sentences=50",
+        f"hydra.run.dir={out}",
+    ]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    report = json.loads((out / "benchmark.json").read_text())
+    training = report["training"]
+    assert training["tgt_tokens_per_s"] > 0 and 0 < training["mfu"] < 1
+    assert training["model_flops_per_tgt_token"] > 0
+    assert set(report["decoding"]["sentences_per_s"]) == {
+        "greedy_cached",
+        "greedy_uncached",
+        "beam5_cached",
+    }
+    assert 0 <= report["padding_fraction"]["tgt"] < 1 and report["peak_rss_mb"] > 0
+    assert report["matmul_peak_flops_per_s"]["bf16"] > 0
