@@ -19,6 +19,7 @@ from tests.helpers import REPO, compose_config
         ["model.norm_first=false"],
         ["experiment=smoke"],
         ["trainer.precision=fp32", "trainer.device=cpu"],
+        ["trainer.adam_impl=for_loop", "trainer.prefetch=0", "trainer.trim_memory_every=50"],
     ],
 )
 def test_every_option_composes_and_validates(overrides):
@@ -69,6 +70,9 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("trainer.accumulate=0", ["trainer.accumulate", "integer >= 1"]),
         ("trainer.max_nonfinite_steps=0", ["trainer.max_nonfinite_steps", "integer >= 1"]),
         ("resume=5", ["resume", "path or null"]),
+        ("trainer.adam_impl=apex", ["trainer.adam_impl", "fused", "foreach", "for_loop"]),
+        ("trainer.prefetch=-1", ["trainer.prefetch", "integer >= 0"]),
+        ("trainer.compile=yes", ["trainer.compile", "true or false"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_choices(override, named):

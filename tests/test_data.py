@@ -1,11 +1,19 @@
 import logging
 import random
+import threading
 
 import datasets
 import pytest
 import torch
 
-from minimt.data import BatchedPairs, collate, filter_training_pairs, token_batches
+from minimt.data import (
+    BatchedPairs,
+    collate,
+    filter_training_pairs,
+    pad,
+    prefetched,
+    token_batches,
+)
 from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -30,6 +38,48 @@ def test_token_batches_cover_every_example_once_within_the_budget():
         assert len(b) * max(lengths[i] for i in b) <= 512
     padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
     assert 1 - sum(lengths) / padded < 0.05  # length-sorted buckets waste little on padding
+
+
+def test_unsorted_batches_keep_the_budget_and_pad_more():
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 60) for _ in range(2000)]
+    batches = token_batches(lengths, batch_tokens=512, rng=random.Random(1), by_length=False)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= 512
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    assert 1 - sum(lengths) / padded > 0.3  # random lengths side by side: much padding
+
+
+def test_pad_matches_a_row_by_row_reference():
+    rng = random.Random(2)
+    seqs = [[rng.randint(4, 99) for _ in range(rng.randint(0, 9))] for _ in range(50)]
+    expected = torch.full((50, max(map(len, seqs))), PAD_ID)
+    for row, seq in enumerate(seqs):
+        expected[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    assert torch.equal(pad(seqs), expected)
+    assert pad([[], []]).shape == (2, 0)
+
+
+def test_prefetched_yields_every_item_in_order_and_passes_errors_on():
+    assert list(prefetched(iter(range(100)), depth=3)) == list(range(100))
+    assert list(prefetched(iter(range(5)), depth=0)) == list(range(5))
+
+    def failing():
+        yield 1
+        raise ValueError("collate failed")
+
+    items = prefetched(failing(), depth=2)
+    assert next(items) == 1
+    with pytest.raises(ValueError, match="collate failed"):
+        next(items)
+
+
+def test_closing_a_prefetched_stream_stops_its_thread():
+    items = prefetched(iter(range(10**9)), depth=2)
+    next(items)
+    items.close()
+    assert not any(t.name == "prefetch" for t in threading.enumerate())
 
 
 def test_an_example_longer_than_the_budget_gets_its_own_batch():

@@ -35,6 +35,7 @@ def at_least(minimum: int) -> Rule:
 
 
 positive_int = at_least(1)
+non_negative_int = at_least(0)
 
 
 def optional_positive_int(v: object) -> str | None:
@@ -100,6 +101,10 @@ RULES: dict[str, Rule] = {
     "trainer.save_every": positive_int,
     "trainer.keep_checkpoints": positive_int,
     "trainer.num_threads": optional_positive_int,
+    "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
+    "trainer.compile": boolean,
+    "trainer.prefetch": non_negative_int,
+    "trainer.trim_memory_every": non_negative_int,
     "decoding.max_len_a": non_negative_number,
     "decoding.max_len_b": positive_int,
     "decoding.test_beam": positive_int,

@@ -7,16 +7,21 @@ in memory as a whole: batches gather their rows from the memory-mapped table.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
+import queue
 import random
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from torch import Tensor
@@ -26,6 +31,7 @@ from minimt.corpus import ParallelFiles
 from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ID_FEATURES = datasets.Features(
     {
@@ -155,24 +161,32 @@ def example_lengths(pairs: datasets.Dataset) -> np.ndarray:
 
 
 def token_batches(
-    lengths: Sequence[int], batch_tokens: int, rng: random.Random | None = None
+    lengths: Sequence[int],
+    batch_tokens: int,
+    rng: random.Random | None = None,
+    by_length: bool = True,
 ) -> list[list[int]]:
     """Group example indices so that batch size x longest length <= batch_tokens.
 
     Indices are sorted by length (ties broken at random when `rng` is given) so each batch holds
     similar lengths and little padding; with `rng` the batch order is shuffled too. An example
-    longer than `batch_tokens` gets a batch of its own.
+    longer than `batch_tokens` gets a batch of its own. `by_length=False` fills batches in
+    random order instead (needs `rng`): what toolkits without length buckets do.
     """
     tiebreak = [rng.random() for _ in lengths] if rng else [0.0] * len(lengths)
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], tiebreak[i]))
+    if by_length:
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], tiebreak[i]))
+    else:
+        order = sorted(range(len(lengths)), key=tiebreak.__getitem__)
     batches: list[list[int]] = []
     current: list[int] = []
+    longest = 0
     for i in order:
-        # sorted ascending, so lengths[i] is the longest in the batch once added
-        if current and lengths[i] * (len(current) + 1) > batch_tokens:
+        if current and max(longest, lengths[i]) * (len(current) + 1) > batch_tokens:
             batches.append(current)
-            current = []
+            current, longest = [], 0
         current.append(i)
+        longest = max(longest, lengths[i])
     if current:
         batches.append(current)
     if rng:
@@ -180,25 +194,102 @@ def token_batches(
     return batches
 
 
+def padded(
+    values: np.ndarray, lengths: np.ndarray, first: int | None = None, last: int | None = None
+) -> Tensor:
+    """(B, max length + added ids) long tensor: row i is [first] + its ids + [last], then <pad>.
+
+    `values` holds the B rows' ids one after another, `lengths` (B,) how many each row has."""
+    start = int(first is not None)
+    width = int(lengths.max(initial=0)) + start + int(last is not None)
+    out = np.full((len(lengths), width), PAD_ID, dtype=np.int64)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    row_starts = np.cumsum(lengths) - lengths
+    out[rows, np.arange(len(values)) - np.repeat(row_starts, lengths) + start] = values
+    if first is not None:
+        out[:, 0] = first
+    if last is not None:
+        out[np.arange(len(lengths)), lengths + start] = last
+    return torch.from_numpy(out)
+
+
+def flat(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(all ids one after another, (B,) lengths) of id lists."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    return np.fromiter(itertools.chain.from_iterable(seqs), np.int64, int(lengths.sum())), lengths
+
+
 def pad(seqs: Sequence[Sequence[int]]) -> Tensor:
     """Right-pad id lists with <pad> into a (B, max_len) long tensor."""
-    out = torch.full((len(seqs), max(map(len, seqs))), PAD_ID, dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-    return out
+    return padded(*flat(seqs))
 
 
 def source_tensor(src_ids: Sequence[Sequence[int]]) -> Tensor:
     """(B, S) padded source ids, each sentence ending in <eos>."""
-    return pad([[*s, EOS_ID] for s in src_ids])
+    return padded(*flat(src_ids), last=EOS_ID)
+
+
+def flat_batch(src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]) -> Batch:
+    """The batch of rows given as (ids one after another, lengths) per side."""
+    return Batch(
+        src=padded(*src, last=EOS_ID),
+        tgt_in=padded(*tgt, first=BOS_ID),
+        tgt_out=padded(*tgt, last=EOS_ID),
+    )
 
 
 def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
     """Add <eos>/<bos> and pad one batch of id lists."""
-    return Batch(
-        src=source_tensor(src_ids),
-        tgt_in=pad([[BOS_ID, *t] for t in tgt_ids]),
-        tgt_out=pad([[*t, EOS_ID] for t in tgt_ids]),
+    return flat_batch(flat(src_ids), flat(tgt_ids))
+
+
+def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
+    """`items`, produced up to `depth` ahead on a background thread (depth 0: on this one).
+
+    Collating a batch is Python and numpy work that can overlap the model's step (torch releases
+    the GIL in its kernels). Closing the returned generator stops the thread."""
+    if depth == 0:
+        yield from items
+        return
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: object) -> None:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                put(item)
+            put(done)
+        except BaseException as error:  # handed to the consumer, raised there
+            put(error)
+
+    thread = threading.Thread(target=produce, daemon=True, name="prefetch")
+    thread.start()
+    try:
+        while (item := ready.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _flat_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids one after another, lengths) of an Arrow list<int32> column."""
+    return (
+        pc.list_flatten(column).to_numpy().astype(np.int64),
+        pc.list_value_length(column).to_numpy().astype(np.int64),
     )
 
 
@@ -211,18 +302,19 @@ class BatchedPairs:
 
     def __init__(self, pairs: datasets.Dataset, batch_tokens: int, seed: int | None = None):
         self.pairs = pairs
+        self._rows = pairs.with_format("arrow")
         self.lengths = example_lengths(pairs)
         self.batch_tokens = batch_tokens
         self.seed = seed
 
-    def batches(self, epoch: int = 0) -> list[list[int]]:
+    def batches(self, epoch: int = 0, by_length: bool = True) -> list[list[int]]:
         rng = None if self.seed is None else random.Random(self.seed * 100_003 + epoch)
-        return token_batches(self.lengths.tolist(), self.batch_tokens, rng)
+        return token_batches(self.lengths.tolist(), self.batch_tokens, rng, by_length)
 
     def collate(self, indices: Sequence[int]) -> Batch:
-        """The padded batch of the pairs at `indices`."""
-        rows = self.pairs[list(indices)]
-        return collate(rows["src_ids"], rows["tgt_ids"])
+        """The padded batch of the pairs at `indices` (numpy from the Arrow columns, no lists)."""
+        rows = self._rows[list(indices)]
+        return flat_batch(*(_flat_column(rows[side]) for side in ("src_ids", "tgt_ids")))
 
     def iterate(self, epoch: int = 0) -> Iterator[Batch]:
         for indices in self.batches(epoch):

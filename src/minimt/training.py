@@ -6,7 +6,8 @@ import logging
 import math
 import random
 import time
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import closing, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,11 +32,12 @@ from minimt.checkpoint import (
     save_json,
 )
 from minimt.config import ConfigError, validate_config
-from minimt.data import Batch, BatchedPairs
+from minimt.data import Batch, BatchedPairs, prefetched
 from minimt.distributed import Distributed
 from minimt.interrupt import StopRequest
 from minimt.lengths import join_consecutive
 from minimt.loss import label_smoothed_cross_entropy
+from minimt.memory import trim_heap
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
 from minimt.rundata import Pairs, RunData, prepare_data
@@ -101,6 +103,18 @@ class SummedLoss(nn.Module):
             hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
             logits = self.model.project(hidden[real])  # (N, V)
         return label_smoothed_cross_entropy(logits, tgt_out[real], self.label_smoothing)
+
+
+def training_loss(
+    model: Transformer,
+    trainer: DictConfig,
+    autocast: torch.autocast,
+    wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
+) -> nn.Module:
+    """The summed label-smoothed loss of a training step, `wrap`ped (DDP), then through
+    torch.compile (shapes dynamic: batches differ in length) when `trainer.compile`."""
+    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast))
+    return torch.compile(loss_fn, dynamic=True) if trainer.compile else loss_fn
 
 
 def train_step(
@@ -197,15 +211,25 @@ def log_scalars(writer: SummaryWriter, prefix: str, values: dict[str, float], st
         writer.add_scalar(f"{prefix}/{name}", value, step)
 
 
+# Adam's update kernels: one fused kernel over all parameters, multi-tensor (foreach) ops, or a
+# Python loop over the parameters (torch's default on CPU).
+ADAM_IMPLS = {
+    "fused": {"fused": True},
+    "foreach": {"foreach": True},
+    "for_loop": {"foreach": False},
+}
+
+
 def make_optimizer(
     model: Transformer, trainer: DictConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """Adam with linear warmup then inverse-sqrt decay."""
+    """Adam (its `trainer.adam_impl` kernel) with linear warmup then inverse-sqrt decay."""
     optimizer = torch.optim.Adam(
         model.parameters(),
         lr=trainer.lr,
         betas=tuple(trainer.betas),
         weight_decay=trainer.weight_decay,
+        **ADAM_IMPLS[trainer.adam_impl],
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: inverse_sqrt_lr(step, trainer.warmup_steps)
@@ -328,7 +352,7 @@ class Trainer:
         if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
             torch.manual_seed(trainer.seed * 1000 + dist.rank)
         self.optimizer, self.scheduler = make_optimizer(self.model, trainer)
-        self.loss_fn = dist.wrap(SummedLoss(self.model, trainer.label_smoothing, self.autocast))
+        self.loss_fn = training_loss(self.model, trainer, self.autocast, dist.wrap)
         self.translator = Translator.from_config(
             self.model, self.data.tokenizers, cfg, self.precision
         )
@@ -437,7 +461,8 @@ class Trainer:
 
     def _train_loop(self, stop: StopRequest, deadline: float) -> tuple[str, bool]:
         """Steps until a budget runs out or a signal arrives: (why it stopped, by a signal?)."""
-        trainer, window = self.cfg.trainer, Window()
+        trainer = self.cfg.trainer
+        self.window = Window()
         while self.state.epoch < trainer.max_epochs:
             all_batches = self.data.train_batches.batches(self.state.epoch)
             steps = epoch_steps(
@@ -447,35 +472,46 @@ class Trainer:
                 self.dist.world_size,
                 trainer.accumulate,
             )
-            for indices in steps:
-                if self.state.step >= trainer.max_steps:
-                    return "trainer.max_steps reached", False
-                batches = [self.data.train_batches.collate(i) for i in indices]
-                local_tokens = sum(b.num_tgt_tokens for b in batches)
-                tokens, signalled, late = self.dist.sum(
-                    [local_tokens, stop.signal is not None, time.monotonic() >= deadline],
-                    self.device,
-                )
-                if signalled:
-                    return stop.signal or "a signal to another process", True
-                if late:
-                    return "trainer.max_minutes reached", False
-                batches = [b.to(self.device) for b in batches]
-                loss_sum, grad_norm, applied = train_step(
-                    self.loss_fn,
-                    batches,
-                    self.dist.world_size / tokens,
-                    self.optimizer,
-                    self.scheduler,
-                    trainer.clip_grad_norm,
-                )
-                self._count_step(applied, int(tokens), grad_norm)
-                if applied:
-                    window.add(loss_sum, local_tokens, int(tokens))
-                window = self._after_step(window, grad_norm)
+            collated = ([self.data.train_batches.collate(i) for i in step] for step in steps)
+            with closing(prefetched(collated, trainer.prefetch)) as epoch:
+                if stopped := self._run_epoch(epoch, stop, deadline):
+                    return stopped
             self.state.epoch += 1
             self.state.epoch_batches = 0
         return "trainer.max_epochs reached", False
+
+    def _run_epoch(
+        self, epoch: Iterator[list[Batch]], stop: StopRequest, deadline: float
+    ) -> tuple[str, bool] | None:
+        """The epoch's remaining steps (each a list of batches); (why, by a signal?) if training
+        must stop before the epoch ends."""
+        trainer = self.cfg.trainer
+        for batches in epoch:
+            if self.state.step >= trainer.max_steps:
+                return "trainer.max_steps reached", False
+            local_tokens = sum(b.num_tgt_tokens for b in batches)
+            tokens, signalled, late = self.dist.sum(
+                [local_tokens, stop.signal is not None, time.monotonic() >= deadline],
+                self.device,
+            )
+            if signalled:
+                return stop.signal or "a signal to another process", True
+            if late:
+                return "trainer.max_minutes reached", False
+            batches = [b.to(self.device) for b in batches]
+            loss_sum, grad_norm, applied = train_step(
+                self.loss_fn,
+                batches,
+                self.dist.world_size / tokens,
+                self.optimizer,
+                self.scheduler,
+                trainer.clip_grad_norm,
+            )
+            self._count_step(applied, int(tokens), grad_norm)
+            if applied:
+                self.window.add(loss_sum, local_tokens, int(tokens))
+            self._after_step(grad_norm)
+        return None
 
     def _count_step(self, applied: bool, tokens: int, grad_norm: Tensor) -> None:
         self.state.step += 1
@@ -503,18 +539,19 @@ class Trainer:
                 f"trainer.precision=fp32; the last good checkpoints are in {self.ckpt_dir}"
             )
 
-    def _after_step(self, window: Window, grad_norm: Tensor) -> Window:
-        """Log, validate and save on their schedules; returns the window to go on with."""
+    def _after_step(self, grad_norm: Tensor) -> None:
+        """Log (then start a new window), validate and save on their schedules."""
         trainer, step = self.cfg.trainer, self.state.step
         if step % trainer.log_every == 0:
             if self.dist.is_main:
-                self._log_window(window, grad_norm)
-            window = Window()
+                self._log_window(self.window, grad_norm)
+            self.window = Window()
         if step % trainer.val_every == 0:
             self._validate()
         if step % trainer.save_every == 0:
             self._save()
-        return window
+        if trainer.trim_memory_every and step % trainer.trim_memory_every == 0:
+            trim_heap()
 
     def _log_window(self, window: Window, grad_norm: Tensor) -> None:
         mean_loss, lr = window.mean_loss(), self.scheduler.get_last_lr()[0]
@@ -539,9 +576,10 @@ class Trainer:
         """Rank 0: val loss and greedy BLEU, logged; best.pt when BLEU improves."""
         if not self.dist.is_main:
             return
-        state = self.state
+        state, seconds = self.state, self._elapsed()  # the validation itself not included
         nll, scores = validate(self.translator, self.data, self.autocast)
-        state.val_history.append({"step": state.step, "loss": nll, "bleu": scores.bleu})
+        entry = {"step": state.step, "seconds": seconds, "loss": nll, "bleu": scores.bleu}
+        state.val_history.append(entry)
         values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu}
         log_scalars(self.writer, "val", values | {"chrf": scores.chrf}, state.step)
         self._log_views()
