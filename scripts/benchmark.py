@@ -4,6 +4,7 @@
     python scripts/benchmark.py trainer.device=cuda     # the same on a GPU
     python scripts/benchmark.py experiment=smoke        # the whole benchmark in well under a minute
     python scripts/benchmark.py benchmark.run=RUN       # decoding speed of a trained run
+    python scripts/benchmark.py --compare joeynmt       # + JoeyNMT trained side by side (minutes)
 
 Measures (a) the matmul roof: FLOP/s of large bf16 and fp32 products; (b) training steps/s and
 target and source tokens/s on the real token-count batches, after warm-up, median of several
@@ -11,13 +12,20 @@ windows; (c) model FLOPs per target token (minimt.flops: attention included, rea
 and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding fraction
 of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and without
 the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
-length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory. Prints a table and
-writes benchmark.json into the Hydra run directory.
+length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of
+each fast-path setting: training tokens/s of `benchmark.variants` (one setting changed each)
+taking turns window by window with the config; (h) with `--compare NAME`, the peer toolkit
+trained by scripts/peers/NAME.sh for `benchmark.compare_minutes`. Prints a table and writes
+benchmark.json into the Hydra run directory.
 """
 
+import copy
 import itertools
+import json
 import logging
+import os
 import statistics
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,18 +46,57 @@ from minimt.benchmarking import (
 from minimt.checkpoint import save_json
 from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.corpus import DataError
-from minimt.data import id_lengths
+from minimt.data import id_lengths, prefetched
 from minimt.flops import Shape, training_flops
+from minimt.memory import trim_heap
 from minimt.model import Transformer
 from minimt.rundata import RunData, prepare_data
 from minimt.rundir import build_model, pick_device, resolve_precision
 from minimt.tokenizer import PAD_ID
-from minimt.training import SummedLoss, make_optimizer, train_step
+from minimt.training import make_optimizer, train_step, training_loss
 from minimt.translator import Translator
 
 log = logging.getLogger("minimt")
 register_resolvers()
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class TrainingRun:
+    """A model trained on the real batches under one config, timed a window of steps at a time:
+    the trainer's own pieces (optimizer, loss, prefetched collation, heap trimming)."""
+
+    def __init__(self, cfg: DictConfig, data: RunData, device: torch.device):
+        torch.manual_seed(cfg.trainer.seed)
+        vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
+        self.cfg, self.device = cfg, device
+        self.precision = resolve_precision(cfg.trainer.precision, device)
+        autocast = torch.autocast(device.type, torch.bfloat16, enabled=self.precision == "bf16")
+        self.model = build_model(cfg, *vocab).to(device)
+        self.optimizer, self.scheduler = make_optimizer(self.model, cfg.trainer)
+        self.loss_fn = training_loss(self.model, cfg.trainer, autocast)
+        self.shape, self.step = Shape.of(self.model), 0
+        batches = (data.train_batches.collate(i) for i in batch_order(data))
+        self.batches = prefetched(batches, cfg.trainer.prefetch)
+
+    def window(self, steps: int) -> dict[str, float]:
+        """Seconds, steps, target/source tokens and model FLOPs of the next `steps` steps."""
+        counts = {"tgt_tokens": 0, "src_tokens": 0, "flops": 0}
+        trainer = self.cfg.trainer
+
+        def run() -> None:
+            for batch in itertools.islice(self.batches, steps):
+                src_lens = (batch.src != PAD_ID).sum(1).tolist()
+                tgt_lens = (batch.tgt_out != PAD_ID).sum(1).tolist()
+                counts["src_tokens"] += sum(src_lens)
+                counts["tgt_tokens"] += sum(tgt_lens)
+                counts["flops"] += training_flops(self.shape, src_lens, tgt_lens)
+                args = ([batch.to(self.device)], 1 / sum(tgt_lens), self.optimizer, self.scheduler)
+                train_step(self.loss_fn, *args, trainer.clip_grad_norm)
+                self.step += 1
+                if trainer.trim_memory_every and self.step % trainer.trim_memory_every == 0:
+                    trim_heap()
+
+        return {"seconds": timed(run, self.device), "steps": steps, **counts}
 
 
 def batch_order(data: RunData) -> Iterator[list[int]]:
@@ -58,36 +105,21 @@ def batch_order(data: RunData) -> Iterator[list[int]]:
         yield from data.train_batches.batches(epoch)
 
 
-def measure_training(
-    cfg: DictConfig, data: RunData, model: Transformer, device: torch.device, autocast
-) -> dict:
-    """Median steps/s, tokens/s and model FLOP/s over timed windows of real training steps."""
-    bench, trainer = cfg.benchmark, cfg.trainer
-    optimizer, scheduler = make_optimizer(model, trainer)
-    loss_fn = SummedLoss(model, trainer.label_smoothing, autocast)
-    shape, order = Shape.of(model), batch_order(data)
+def measure_training(runs: dict[str, TrainingRun], bench: DictConfig) -> dict[str, dict]:
+    """Per run: median steps/s, tokens/s and model FLOP/s over timed windows after warm-up.
 
-    def window(steps: int) -> dict[str, float]:
-        counts = {"tgt_tokens": 0, "src_tokens": 0, "flops": 0}
+    Several runs take turns window by window on the same batches, so they share the machine's
+    noise; their ratios are what to quote."""
+    for run in runs.values():
+        run.window(bench.warmup_steps)
+    windows = {name: [] for name in runs}
+    for _ in range(bench.windows):
+        for name, run in runs.items():
+            windows[name].append(run.window(bench.window_steps))
+    return {name: _rates(found) for name, found in windows.items()}
 
-        def run() -> None:
-            for _ in range(steps):
-                batch = data.train_batches.collate(next(order))
-                src_lens = (batch.src != PAD_ID).sum(1).tolist()
-                tgt_lens = (batch.tgt_out != PAD_ID).sum(1).tolist()
-                counts["src_tokens"] += sum(src_lens)
-                counts["tgt_tokens"] += sum(tgt_lens)
-                counts["flops"] += training_flops(shape, src_lens, tgt_lens)
-                batch = batch.to(device)
-                scale = 1 / sum(tgt_lens)
-                train_step(loss_fn, [batch], scale, optimizer, scheduler, trainer.clip_grad_norm)
 
-        seconds = timed(run, device)
-        return {"seconds": seconds, "steps": steps, **counts}
-
-    window(bench.warmup_steps)
-    windows = [window(bench.window_steps) for _ in range(bench.windows)]
-
+def _rates(windows: list[dict[str, float]]) -> dict:
     def median_rate(key: str) -> float:
         return statistics.median(w[key] / w["seconds"] for w in windows)
 
@@ -102,14 +134,48 @@ def measure_training(
     }
 
 
-def measure_padding(data: RunData) -> dict[str, float]:
-    """Padding fraction of epoch 0's source and target tensors."""
-    src_lens, tgt_lens = id_lengths(data.train_batches.pairs)
-    batches = data.train_batches.batches(0)
-    return {
-        "src": padding_fraction(src_lens + 1, batches),  # + <eos>
-        "tgt": padding_fraction(tgt_lens + 1, batches),  # + <bos> / <eos>
+def with_changes(cfg: DictConfig, change: DictConfig) -> DictConfig:
+    """A copy of `cfg` with `change`'s dotted keys set to its values."""
+    changed = copy.deepcopy(cfg)
+    for key, value in change.items():
+        OmegaConf.update(changed, str(key), value)
+    return changed
+
+
+def measure_variants(cfg: DictConfig, data: RunData, device: torch.device) -> dict:
+    """Target tokens/s of the config and of each `benchmark.variants` change to it, taking turns;
+    each variant's speed-up is the config's tokens/s over the variant's."""
+    configs = {"config": cfg} | {
+        name: with_changes(cfg, change) for name, change in cfg.benchmark.variants.items()
     }
+    for variant in configs.values():
+        validate_config(variant)
+    runs = {name: TrainingRun(variant, data, device) for name, variant in configs.items()}
+    rates = measure_training(runs, cfg.benchmark)
+    base, changes = (
+        rates["config"]["tgt_tokens_per_s"],
+        OmegaConf.to_container(cfg.benchmark.variants),
+    )
+    return {
+        name: {
+            "change": changes.get(name, {}),
+            "tgt_tokens_per_s": found["tgt_tokens_per_s"],
+            "config_speedup": base / found["tgt_tokens_per_s"],
+        }
+        for name, found in rates.items()
+    }
+
+
+def measure_padding(data: RunData) -> dict[str, float]:
+    """Padding fraction of epoch 0's source and target tensors: the length-sorted batches
+    training takes, and batches filled in random order (what no length buckets would give)."""
+    src_lens, tgt_lens = id_lengths(data.train_batches.pairs)
+    found = {}
+    for name, by_length in (("", True), ("unsorted_", False)):
+        batches = data.train_batches.batches(0, by_length)
+        found[f"{name}src"] = padding_fraction(src_lens + 1, batches)  # + <eos>
+        found[f"{name}tgt"] = padding_fraction(tgt_lens + 1, batches)  # + <bos> / <eos>
+    return found
 
 
 def measure_decoding(cfg: DictConfig, data: RunData, model: Transformer, precision: str) -> dict:
@@ -133,38 +199,59 @@ def measure_decoding(cfg: DictConfig, data: RunData, model: Transformer, precisi
 
 def benchmark(cfg: DictConfig) -> dict:
     bench = cfg.benchmark
+    if bench.compare:
+        peer_script(bench.compare)  # before any work
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
-    torch.manual_seed(cfg.trainer.seed)
     device = pick_device(cfg.trainer.device)
-    precision = resolve_precision(cfg.trainer.precision, device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     roof = {
         name: matmul_flops_per_sec(device, dtype, bench.matmul_size, bench.repeats)
         for name, dtype in DTYPES.items()
     }
     data = prepare_data(cfg)
-    vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
-    model = build_model(cfg, *vocab).to(device)
-    training = measure_training(cfg, data, model, device, autocast)
-    training["mfu"] = training["model_flops_per_s"] / roof[precision]
+    run = TrainingRun(cfg, data, device)
+    training = measure_training({"config": run}, bench)["config"]
+    training["mfu"] = training["model_flops_per_s"] / roof[run.precision]
     synchronize(device)
     report = {
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
-        "precision": precision,
-        "num_parameters": model.num_parameters(),
+        "precision": run.precision,
+        "num_parameters": run.model.num_parameters(),
         "matmul_peak_flops_per_s": roof,
         "training": training,
         "padding_fraction": measure_padding(data),
-        "decoding": measure_decoding(cfg, data, model, precision),
-        "peak_rss_mb": peak_rss_mb(),
+        "decoding": measure_decoding(cfg, data, run.model, run.precision),
+        "peak_rss_mb": peak_rss_mb(),  # before the variants' extra models
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if device.type == "cuda":
         report["peak_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    if bench.variants:
+        report["variants"] = measure_variants(cfg, data, device)
+    if bench.compare:
+        report["peers"] = {bench.compare: run_peer(bench.compare, bench.compare_minutes)}
     return report
+
+
+def peer_script(name: str) -> Path:
+    script = Path(__file__).parent / "peers" / f"{name}.sh"
+    if not script.is_file():
+        known = ", ".join(sorted(p.stem for p in script.parent.glob("*.sh")))
+        raise ConfigError(f"--compare {name}: no peer script {script} (peers: {known})")
+    return script
+
+
+def run_peer(name: str, minutes: float) -> dict:
+    """Train the peer toolkit with scripts/peers/<name>.sh for `minutes`; its results.json."""
+    script = peer_script(name)
+    out = Path(HydraConfig.get().runtime.output_dir) / "peers" / name
+    environment = os.environ | {f"{name.upper()}_OUT": str(out)}
+    command = ["bash", str(script), "--minutes", str(minutes), "--validation-freq", "50"]
+    log.info("training the peer %s for %s minutes: %s", name, minutes, " ".join(command))
+    subprocess.run(command, check=True, env=environment)
+    return json.loads((out / "results.json").read_text())
 
 
 def print_table(report: dict) -> None:
@@ -187,7 +274,12 @@ def print_table(report: dict) -> None:
         ),
         ("model FLOPs per target token", f"{t['model_flops_per_tgt_token'] / 1e6:.1f} M"),
         ("model FLOP/s, MFU", f"{t['model_flops_per_s'] / 1e9:,.1f} GFLOP/s, {t['mfu']:.1%}"),
-        ("padding src / tgt", "{src:.1%} / {tgt:.1%}".format(**report["padding_fraction"])),
+        (
+            "padding src / tgt (unsorted batches)",
+            "{src:.1%} / {tgt:.1%} ({unsorted_src:.1%} / {unsorted_tgt:.1%})".format(
+                **report["padding_fraction"]
+            ),
+        ),
         *(
             (f"decoding {name} ({d['sentences']} sent.)", f"{rate:,.1f} sentences/s")
             for name, rate in d["sentences_per_s"].items()
@@ -196,6 +288,25 @@ def print_table(report: dict) -> None:
     ]
     if "peak_allocated_mb" in report:
         rows.append(("peak GPU memory allocated", f"{report['peak_allocated_mb']:,.0f} MB"))
+    for name, variant in report.get("variants", {}).items():
+        change = " ".join(f"{k}={v}" for k, v in variant["change"].items()) or "(as configured)"
+        rows.append(
+            (
+                f"variant {name}: {change}",
+                f"{variant['tgt_tokens_per_s']:,.0f} tgt tok/s "
+                f"(config {variant['config_speedup']:.2f}x)",
+            )
+        )
+    for name, peer in report.get("peers", {}).items():
+        rows += [
+            (
+                f"{name}: target tokens/s",
+                f"{peer['tgt_tokens_per_s']:,.0f} "
+                f"(minimt {t['tgt_tokens_per_s'] / peer['tgt_tokens_per_s']:.1f}x)",
+            ),
+            (f"{name}: beam-5 sentences/s", f"{peer['beam5_sentences_per_s']:,.1f}"),
+            (f"{name}: peak RSS", f"{peer['peak_rss_mb']:,.0f} MB"),
+        ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
@@ -215,5 +326,16 @@ def main(cfg: DictConfig) -> None:
     print(f"wrote {out / 'benchmark.json'}")
 
 
+def take_compare_flag(argv: list[str]) -> list[str]:
+    """`--compare NAME` (README's spelling) as the Hydra override benchmark.compare=NAME."""
+    if "--compare" not in argv:
+        return argv
+    at = argv.index("--compare")
+    if at + 1 == len(argv):
+        sys.exit("--compare needs a peer name: --compare joeynmt")
+    return [*argv[:at], f"benchmark.compare={argv[at + 1]}", *argv[at + 2 :]]
+
+
 if __name__ == "__main__":
+    sys.argv = take_compare_flag(sys.argv)
     main()

@@ -43,5 +43,24 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
         "greedy_uncached",
         "beam5_cached",
     }
-    assert 0 <= report["padding_fraction"]["tgt"] < 1 and report["peak_rss_mb"] > 0
+    padding = report["padding_fraction"]
+    assert 0 <= padding["tgt"] < padding["unsorted_tgt"] < 1 and report["peak_rss_mb"] > 0
+    variants = report["variants"]
+    assert set(variants) == {"config", "fp32", "adam_for_loop", "adam_foreach", "no_prefetch"}
+    assert variants["fp32"]["change"] == {"trainer.precision": "fp32"}
+    assert all(v["tgt_tokens_per_s"] > 0 for v in variants.values())
     assert report["matmul_peak_flops_per_s"]["bf16"] > 0
+
+
+def test_compare_with_an_unknown_peer_names_the_missing_script(tmp_path):
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "benchmark.py"),
+        "--compare",
+        "nosuch",
+        "experiment=smoke",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "peers/nosuch.sh" in done.stdout + done.stderr and "joeynmt" in done.stdout + done.stderr

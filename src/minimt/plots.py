@@ -101,3 +101,12 @@ def _finish(axes: Axes, xlabel: str, ylabel: str, title: str) -> None:
 
 def _save(figure: Figure, path: Path) -> None:
     figure.savefig(path, dpi=120)
+
+
+def save_time_to_bleu(curves: dict[str, list[tuple[float, float]]], path: Path) -> None:
+    """Validation BLEU vs training minutes, one line per system; `curves` holds (seconds, BLEU)."""
+    figure, axes = _figure(1)
+    for name, points in curves.items():
+        axes[0].plot([s / 60 for s, _ in points], [b for _, b in points], marker="o", label=name)
+    _finish(axes[0], "training minutes", "validation BLEU (greedy)", "BLEU against wall-clock time")
+    _save(figure, path)
