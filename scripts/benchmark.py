@@ -48,7 +48,7 @@ from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.corpus import DataError
 from minimt.data import id_lengths, prefetched
 from minimt.flops import Shape, training_flops
-from minimt.memory import trim_heap
+from minimt.memory import reexec_with_mimalloc
 from minimt.model import Transformer
 from minimt.rundata import RunData, prepare_data
 from minimt.rundir import build_model, pick_device, resolve_precision
@@ -63,7 +63,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 class TrainingRun:
     """A model trained on the real batches under one config, timed a window of steps at a time:
-    the trainer's own pieces (optimizer, loss, prefetched collation, heap trimming)."""
+    the trainer's own pieces (optimizer, loss, prefetched collation)."""
 
     def __init__(self, cfg: DictConfig, data: RunData, device: torch.device):
         torch.manual_seed(cfg.trainer.seed)
@@ -74,7 +74,7 @@ class TrainingRun:
         self.model = build_model(cfg, *vocab).to(device)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.trainer)
         self.loss_fn = training_loss(self.model, cfg.trainer, autocast)
-        self.shape, self.step = Shape.of(self.model), 0
+        self.shape = Shape.of(self.model)
         batches = (data.train_batches.collate(i) for i in batch_order(data))
         self.batches = prefetched(batches, cfg.trainer.prefetch)
 
@@ -92,9 +92,6 @@ class TrainingRun:
                 counts["flops"] += training_flops(self.shape, src_lens, tgt_lens)
                 args = ([batch.to(self.device)], 1 / sum(tgt_lens), self.optimizer, self.scheduler)
                 train_step(self.loss_fn, *args, trainer.clip_grad_norm)
-                self.step += 1
-                if trainer.trim_memory_every and self.step % trainer.trim_memory_every == 0:
-                    trim_heap()
 
         return {"seconds": timed(run, self.device), "steps": steps, **counts}
 
@@ -337,5 +334,6 @@ def take_compare_flag(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    reexec_with_mimalloc()
     sys.argv = take_compare_flag(sys.argv)
     main()

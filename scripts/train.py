@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from minimt.checkpoint import CheckpointError
 from minimt.config import ConfigError, register_resolvers
 from minimt.corpus import DataError
+from minimt.memory import reexec_with_mimalloc
 from minimt.training import Interrupted, TrainingDiverged, train
 
 log = logging.getLogger("minimt")
@@ -50,4 +51,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    reexec_with_mimalloc()
     main()

@@ -19,7 +19,7 @@ from tests.helpers import REPO, compose_config
         ["model.norm_first=false"],
         ["experiment=smoke"],
         ["trainer.precision=fp32", "trainer.device=cpu"],
-        ["trainer.adam_impl=for_loop", "trainer.prefetch=0", "trainer.trim_memory_every=50"],
+        ["trainer.adam_impl=for_loop", "trainer.prefetch=0", "trainer.compile=true"],
     ],
 )
 def test_every_option_composes_and_validates(overrides):

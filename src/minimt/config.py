@@ -104,7 +104,6 @@ RULES: dict[str, Rule] = {
     "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
     "trainer.compile": boolean,
     "trainer.prefetch": non_negative_int,
-    "trainer.trim_memory_every": non_negative_int,
     "decoding.max_len_a": non_negative_number,
     "decoding.max_len_b": positive_int,
     "decoding.test_beam": positive_int,

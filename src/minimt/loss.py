@@ -17,9 +17,10 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, eps: float) -> Tensor:
-        # fp32 at least, so half-precision logits are normalised exactly (fp64 stays fp64)
+        # fp32 at least, so half-precision logits are normalised exactly (fp64 stays fp64);
+        # log_softmax converts as it reads: no (N, V) fp32 copy of the logits
         dtype = torch.promote_types(logits.dtype, torch.float32)
-        log_probs = torch.log_softmax(logits.to(dtype), dim=-1)  # (N, V)
+        log_probs = torch.log_softmax(logits, dim=-1, dtype=dtype)  # (N, V)
         nll = -log_probs.gather(1, target[:, None]).squeeze(1)  # (N,)
         smooth = -log_probs.mean(dim=-1)  # (N,)
         ctx.save_for_backward(log_probs, target)

@@ -37,7 +37,6 @@ from minimt.distributed import Distributed
 from minimt.interrupt import StopRequest
 from minimt.lengths import join_consecutive
 from minimt.loss import label_smoothed_cross_entropy
-from minimt.memory import trim_heap
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
 from minimt.rundata import Pairs, RunData, prepare_data
@@ -550,8 +549,6 @@ class Trainer:
             self._validate()
         if step % trainer.save_every == 0:
             self._save()
-        if trainer.trim_memory_every and step % trainer.trim_memory_every == 0:
-            trim_heap()
 
     def _log_window(self, window: Window, grad_norm: Tensor) -> None:
         mean_loss, lr = window.mean_loss(), self.scheduler.get_last_lr()[0]

@@ -1,0 +1,45 @@
+"""The training scripts' allocator: mimalloc preloaded by re-executing the process once."""
+
+import os
+import subprocess
+import sys
+
+from minimt.memory import mimalloc_library
+
+SHOW_ALLOCATOR = (
+    "from minimt.memory import reexec_with_mimalloc\n"
+    "reexec_with_mimalloc()\n"
+    "import os\n"
+    "maps = open('/proc/self/maps').read()\n"
+    "print(os.environ.get('LD_PRELOAD', ''), 'libmimalloc' in maps)\n"
+)
+
+
+def run_python(allocator: str | None) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+    if allocator is not None:
+        environment["MINIMT_ALLOCATOR"] = allocator
+    return subprocess.run(
+        [sys.executable, "-c", SHOW_ALLOCATOR], env=environment, capture_output=True, text=True
+    )
+
+
+def test_mimalloc_is_installed_on_linux():
+    library = mimalloc_library()
+    assert library is not None and library.name == "libmimalloc.so" and library.is_file()
+
+
+def test_the_process_runs_again_with_mimalloc_loaded():
+    done = run_python(None)
+    preload, loaded = done.stdout.split()
+    assert preload == str(mimalloc_library()) and loaded == "True"
+
+
+def test_minimt_allocator_system_keeps_the_c_library_malloc():
+    assert run_python("system").stdout.split() == ["False"]
+
+
+def test_an_unknown_allocator_is_an_error_naming_the_choices():
+    done = run_python("jemalloc")
+    assert done.returncode != 0 and "MINIMT_ALLOCATOR='jemalloc'" in done.stderr
+    assert "mimalloc, system" in done.stderr
