@@ -6,8 +6,8 @@
 
 Reads the run's metrics.json (val_history: step, training seconds at the validation, greedy val
 BLEU) and the peer's results.json (val_curve, same fields), prints the BLEU each system had at
-the `marks` (minutes: its last validation at or before the mark) and writes time_to_bleu.json and
-time_to_bleu.png into the run directory.
+the `marks` (minutes: its last validation at or before the mark) and at its end, and writes
+time_to_bleu.json and time_to_bleu.png into the run directory.
 """
 
 import json
@@ -47,6 +47,9 @@ def main(argv: list[str]) -> None:
     for minutes, row in table.items():
         cells = ("-" if b is None else f"{b:.2f}" for b in row.values())
         print(f"{minutes} | " + " | ".join(cells))
+    # a budget's last validation runs when the budget is spent, a little after the mark
+    ends = (f"{curve[-1][1]:.2f} ({curve[-1][0] / 60:.1f} min)" for curve in curves.values())
+    print("end | " + " | ".join(ends))
     (run / "time_to_bleu.json").write_text(json.dumps({"curves": curves, "at_minutes": table}))
     save_time_to_bleu(curves, run / "time_to_bleu.png")
     print(f"wrote {run / 'time_to_bleu.json'} and {run / 'time_to_bleu.png'}")
