@@ -51,7 +51,7 @@ from minimt.flops import Shape, training_flops
 from minimt.memory import reexec_with_mimalloc
 from minimt.model import Transformer
 from minimt.rundata import RunData, prepare_data
-from minimt.rundir import build_model, pick_device, resolve_precision
+from minimt.rundir import build_model, pick_device, precision_autocast, resolve_precision
 from minimt.tokenizer import PAD_ID
 from minimt.training import make_optimizer, train_step, training_loss
 from minimt.translator import Translator
@@ -70,7 +70,7 @@ class TrainingRun:
         vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
         self.cfg, self.device = cfg, device
         self.precision = resolve_precision(cfg.trainer.precision, device)
-        autocast = torch.autocast(device.type, torch.bfloat16, enabled=self.precision == "bf16")
+        autocast = precision_autocast(self.precision, device)
         self.model = build_model(cfg, *vocab).to(device)
         self.optimizer, self.scheduler = make_optimizer(self.model, cfg.trainer)
         self.loss_fn = training_loss(self.model, cfg.trainer, autocast)

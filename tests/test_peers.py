@@ -11,22 +11,20 @@ def line(minute_second: str, logger: str, message: str) -> str:
     return f"{T.format(minute_second)} - INFO - joeynmt.{logger} - {message}"
 
 
+def progress(minute_second: str, step: int, tokens_per_sec: int) -> str:
+    """A progress line in JoeyNMT's format (training.py, _log_scores)."""
+    message = (
+        "Epoch %3d, Step: %8d, Batch Loss: %12.6f, Batch Acc: %.6f, Tokens per Sec: %8.0f, Lr: %.6f"
+    )
+    return line(minute_second, "training", message % (1, step, 5.0, 0.1, tokens_per_sec, 1e-4))
+
+
 TRAIN_LOG = "\n".join(
     [
         line("00:00,000", "training", "Train stats:"),
         line("00:10,000", "training", "EPOCH 1"),
-        line(
-            "01:10,000",
-            "training",
-            "Epoch   1, Step:       50, Batch Loss:     6.88, "
-            "Batch Acc: 0.08, Tokens per Sec:      735, Lr: 0.000063",
-        ),
-        line(
-            "02:10,000",
-            "training",
-            "Epoch   1, Step:      100, Batch Loss:     5.10, "
-            "Batch Acc: 0.15, Tokens per Sec:      810, Lr: 0.000125",
-        ),
+        progress("01:10,000", 50, 735),
+        progress("02:10,000", 100, 810),
         line("02:10,001", "prediction", "Predicting 1014 example(s)... (Greedy decoding)"),
         line("03:40,000", "prediction", "Generation took 89.9990[sec]."),
         line(
@@ -36,12 +34,7 @@ TRAIN_LOG = "\n".join(
             "ppl:  56.01, acc:   0.30, 0.0838[sec]",
         ),
         line("03:50,001", "training", "\tHypothesis: A man ."),
-        line(
-            "04:50,000",
-            "training",
-            "Epoch   1, Step:      150, Batch Loss:     4.80, "
-            "Batch Acc: 0.20, Tokens per Sec:      830, Lr: 0.000188",
-        ),
+        progress("04:50,000", 150, 830),
         "a continuation line without a time stamp",
     ]
 )

@@ -36,6 +36,11 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
+def precision_autocast(precision: str, device: torch.device) -> torch.autocast:
+    """bf16 autocast on `device` for precision "bf16"; a disabled one (fp32) otherwise."""
+    return torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16")
+
+
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
     """The model a config describes; the one place where config becomes a model."""
     m = cfg.model

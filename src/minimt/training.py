@@ -40,7 +40,7 @@ from minimt.loss import label_smoothed_cross_entropy
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model import Transformer
 from minimt.rundata import Pairs, RunData, prepare_data
-from minimt.rundir import build_model, pick_device, resolve_precision
+from minimt.rundir import build_model, pick_device, precision_autocast, resolve_precision
 from minimt.tokenizer import PAD_ID
 from minimt.translator import Translator
 
@@ -336,9 +336,7 @@ class Trainer:
             torch.set_num_threads(trainer.num_threads)
         self.device = dist.device(pick_device(trainer.device))
         self.precision = resolve_precision(trainer.precision, self.device)
-        self.autocast = torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
-        )
+        self.autocast = precision_autocast(self.precision, self.device)
         with dist.main_first():
             self.data = prepare_data(cfg)
         if dist.is_main:

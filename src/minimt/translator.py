@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from minimt.data import source_tensor, token_batches
 from minimt.decoding import beam_search, greedy_decode
 from minimt.model import Transformer
-from minimt.rundir import load_model, pick_device, resolve_precision
+from minimt.rundir import load_model, pick_device, precision_autocast, resolve_precision
 from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Translator:
         src_ids = fit_to_model(self.tokenizers.encode_src(lines), self.model.max_seq_len - 1)
         outputs: list[list[int]] = [[] for _ in lines]
         self.model.eval()
-        autocast = torch.autocast(device.type, torch.bfloat16, enabled=self.precision == "bf16")
+        autocast = precision_autocast(self.precision, device)
         # beam search holds beam hypotheses per sentence: keep the batch's work about the same
         budget = max(self.batch_tokens // beam, 1)
         for indices in token_batches([len(ids) + 1 for ids in src_ids], budget):
