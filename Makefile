@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 ARGS ?=
 
-.PHONY: setup train test lint
+.PHONY: setup train test test-fast lint
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -23,6 +23,11 @@ train: setup
 test: setup
 	$(PY) -m ruff check src scripts tests
 	$(PY) -m pytest -q
+
+# The inner loop: everything but the real training runs (@pytest.mark.slow); CI runs `make test`.
+test-fast: setup
+	$(PY) -m ruff check src scripts tests
+	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
 	$(PY) -m ruff check src scripts tests

@@ -1,10 +1,11 @@
-"""Decoding speed of a trained run on test_2016_flickr, side by side in one process.
+"""Decoding speed of a trained run on one of its splits, side by side in one process.
 
     python scripts/benchmark_decoding.py run=DIR [repeats=3] [checkpoint=best]
 
-Measures sentences/s over the whole test set for cached greedy, uncached greedy (the decoder
-re-run over the whole prefix every step) and cached beam 5, each `repeats` times interleaved;
-prints medians and ratios and writes RUN/benchmark_decoding.json. Also reports BLEU of each.
+Measures sentences/s over a whole split (default: the run's first test set) for cached greedy,
+uncached greedy (the decoder re-run over the whole prefix every step) and cached beam 5, each
+`repeats` times interleaved; prints medians and ratios and writes RUN/benchmark_decoding.json.
+Also reports BLEU of each.
 """
 
 import sys
@@ -12,13 +13,14 @@ from pathlib import Path
 
 import torch
 
-from minimt.benchmarking import decoding_rates
+from minimt.bench.measure import decoding_rates
 from minimt.checkpoint import save_json
 from minimt.cli import parse_args, setup_logging
-from minimt.corpus import load_multi30k
+from minimt.data.corpus import DataError
+from minimt.data.splits import load_held_out, test_set_names
 from minimt.translator import Translator
 
-DEFAULTS = {"run": "???", "checkpoint": "best", "repeats": 3, "split": "test_2016_flickr"}
+DEFAULTS = {"run": "???", "checkpoint": "best", "repeats": 3, "split": None}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
@@ -28,13 +30,15 @@ def main(argv: list[str]) -> None:
     run = Path(args.run)
     translator = Translator.from_run(run, args.checkpoint)
     data = translator.config.data
-    sources, references = load_multi30k(
-        data.url, data.dir, data.src_lang, data.tgt_lang, [args.split]
-    )[args.split]
+    split = args.split or test_set_names(data)[0]
+    try:
+        sources, references = load_held_out(data, [split])[split]
+    except DataError as error:
+        sys.exit(f"error: {error}")
     rates, seconds, bleu = decoding_rates(translator, sources, references, args.repeats)
     report = {
         "run": str(run),
-        "split": args.split,
+        "split": split,
         "sentences": len(sources),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

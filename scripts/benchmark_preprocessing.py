@@ -29,11 +29,11 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from minimt.benchmarking import peak_rss_mb
+from minimt.bench.measure import peak_rss_mb
 from minimt.checkpoint import save_json
 from minimt.cli import parse_args, setup_logging
-from minimt.corpus import fetch_multi30k_file, read_parallel
-from minimt.rundata import prepare_data
+from minimt.data.corpus import fetch_multi30k_file, read_parallel
+from minimt.data.splits import prepare_data
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = {"pairs": 1_000_000, "dir": "data/benchmark_preprocessing", "overrides": []}

@@ -11,7 +11,7 @@ bleu_by_length.png into `sweep`. Runs without metrics.json are listed as skipped
 import sys
 
 from minimt.cli import parse_args, setup_logging
-from minimt.report import ReportError, build_report, configuration_table, write_report
+from minimt.study.report import ReportError, build_report, configuration_table, write_report
 
 DEFAULTS = {"sweep": "???", "test_set": "test_2016_flickr", "bootstrap": 1000}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"

@@ -13,9 +13,10 @@ from omegaconf import DictConfig
 
 from minimt.checkpoint import CheckpointError
 from minimt.config import ConfigError, register_resolvers
-from minimt.corpus import DataError
-from minimt.memory import reexec_with_mimalloc
-from minimt.training import Interrupted, TrainingDiverged, train
+from minimt.data.corpus import DataError
+from minimt.runtime import reexec_with_mimalloc
+from minimt.study.hook import study_hooks
+from minimt.train.loop import Interrupted, TrainingDiverged, train
 
 log = logging.getLogger("minimt")
 
@@ -37,7 +38,7 @@ def main(cfg: DictConfig) -> float | None:
     """Train one run in Hydra's output directory; return best val BLEU for sweepers."""
     run_dir = HydraConfig.get().runtime.output_dir
     try:
-        metrics = train(cfg, run_dir)
+        metrics = train(cfg, run_dir, study_hooks(cfg))
     except Interrupted as stopped:
         log.warning("%s:\n  %s", stopped, resume_command(run_dir))
         sys.exit(0)

@@ -17,7 +17,7 @@ DEFAULTS = {
     "output": None,
     "beam": 1,
     "length_penalty": 1.0,
-    "batch_tokens": 4096,
+    "batch_tokens": None,  # the run's trainer.batch_tokens
     "device": "auto",
 }
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from minimt.corpus import local_path
+from minimt.data.corpus import local_path
 
 DEFAULT_MULTI30K_DIR = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
 
@@ -30,7 +30,8 @@ def multi30k_dir() -> Path:
 @pytest.fixture(scope="session")
 def smoke_run(multi30k_dir, tmp_path_factory):
     """One `experiment=smoke` training run on the real corpus, shared by the tests that read it."""
-    from minimt.training import train
+    from minimt.study.hook import study_hooks
+    from minimt.train.loop import train
     from tests.helpers import compose_config
 
     root = tmp_path_factory.mktemp("smoke")
@@ -40,5 +41,5 @@ def smoke_run(multi30k_dir, tmp_path_factory):
         f"data.dir={root / 'data'}",
         "trainer.max_steps=120",
     )
-    metrics = train(cfg, root / "run")
+    metrics = train(cfg, root / "run", study_hooks(cfg))
     return root / "run", metrics

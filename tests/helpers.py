@@ -6,7 +6,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from minimt.model import Transformer
+from minimt.data.batching import Batch, flat, flat_batch
+from minimt.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,5 +49,16 @@ def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> Transformer
         dropout=0.0,
         max_seq_len=72,
         pad_id=0,
+        share_embeddings=True,
     )
     return Transformer(vocab_size, vocab_size, **(args | overrides))
+
+
+def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
+    """Add <eos>/<bos> and pad one batch of id lists (what BatchedPairs.collate does from Arrow)."""
+    return flat_batch(flat(src_ids), flat(tgt_ids))
+
+
+def causal_mask(n: int) -> torch.Tensor:
+    """(n, n) bool, True on and below the diagonal: query i may attend to keys 0..i."""
+    return torch.ones(n, n, dtype=torch.bool).tril()

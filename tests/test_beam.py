@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.decoding import Hypothesis, beam_search, greedy_decode, length_penalty_of
-from minimt.model import Transformer
+from minimt.model.search import Hypothesis, beam_search, greedy_decode, length_penalty_of
+from minimt.model.transformer import Transformer
 from tests.test_decoding import (
     BOS,
     EOS,

@@ -5,8 +5,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-from minimt.benchmarking import padding_fraction
+from minimt.bench.measure import padding_fraction
 from tests.helpers import REPO
 
 
@@ -17,6 +18,7 @@ def test_padding_fraction_of_fabricated_batches():
     assert padding_fraction(lengths, [[3, 4]]) == 0.0
 
 
+@pytest.mark.slow
 def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
     out = tmp_path / "bench"
     command = [

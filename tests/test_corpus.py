@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 
-from minimt.corpus import (
+from minimt.data.corpus import (
     MULTI30K_SHA256,
     DataError,
     count_lines,

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.decoding import greedy_decode, max_output_lengths
-from minimt.model import Transformer
+from minimt.model.search import greedy_decode, max_output_lengths
+from minimt.model.transformer import Transformer
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 20
@@ -26,7 +26,7 @@ def make_model(
         dropout=0.0,
         max_seq_len=max_seq_len,
         pad_id=PAD,
-        **overrides,
+        **({"share_embeddings": True} | overrides),
     ).eval()
 
 

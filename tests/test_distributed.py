@@ -9,9 +9,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from minimt.checkpoint import load_checkpoint
-from minimt.data import collate
-from minimt.training import SummedLoss, epoch_steps, train, train_step
-from tests.helpers import REPO, compose_config, tiny_run_overrides, tiny_transformer
+from minimt.train.epochs import epoch_steps
+from minimt.train.loop import train
+from minimt.train.step import SummedLoss, train_step
+from tests.helpers import REPO, collate, compose_config, tiny_run_overrides, tiny_transformer
 
 
 def test_ranks_take_disjoint_equal_shares_of_each_step():
@@ -49,6 +50,7 @@ def test_tied_weights_stay_tied_and_train_as_without_ddp(process_group):
         assert torch.allclose(tensor, trained[name], atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process_with_the_same_global_batch(multi30k_dir, tmp_path):
     overrides = ("trainer.max_steps=8", "trainer.save_every=8", "model.dropout=0.0")
     data = tmp_path / "data"

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from minimt.embedding import (
+from minimt.model.embedding import (
     RotaryPositions,
     Seq2SeqEmbedding,
     rotary_tables,

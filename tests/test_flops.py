@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from minimt.flops import Shape, forward_flops, training_flops
+from minimt.bench.flops import Shape, forward_flops, training_flops
 from tests.helpers import tiny_transformer
 
 

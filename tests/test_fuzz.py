@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from minimt.checkpoint import save_checkpoint
-from minimt.corpus import DataError, read_lines, read_parallel
-from minimt.rundata import load_text_splits
-from minimt.rundir import build_model
-from minimt.tokenizer import SPECIAL_TOKENS, TokenizerPair, train_bpe
+from minimt.config import build_model
+from minimt.data.corpus import DataError, read_lines, read_parallel
+from minimt.data.splits import load_text_splits
+from minimt.data.tokenizer import SPECIAL_TOKENS, TokenizerPair, train_bpe
 from minimt.translator import Translator
 from tests.helpers import REPO, compose_config, tiny_transformer
 

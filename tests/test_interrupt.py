@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minimt.checkpoint import load_checkpoint, step_checkpoints
-from minimt.interrupt import StopRequest
+from minimt.train.interrupt import StopRequest
 from tests.helpers import REPO, tiny_run_overrides
 
 
@@ -45,6 +45,7 @@ def wait_for(predicate, process, timeout=120):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_sigterm_then_kill_9_then_resume_finishes_the_run(multi30k_dir, tmp_path):
     run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
     endless = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000")

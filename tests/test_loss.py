@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.loss import label_smoothed_cross_entropy
+from minimt.model.loss import label_smoothed_cross_entropy
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])

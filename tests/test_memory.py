@@ -4,10 +4,10 @@ import os
 import subprocess
 import sys
 
-from minimt.memory import mimalloc_library
+from minimt.runtime import mimalloc_library
 
 SHOW_ALLOCATOR = (
-    "from minimt.memory import reexec_with_mimalloc\n"
+    "from minimt.runtime import reexec_with_mimalloc\n"
     "reexec_with_mimalloc()\n"
     "import os\n"
     "maps = open('/proc/self/maps').read()\n"

@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.model import Transformer, attention, causal_mask, padding_mask
-from tests.helpers import tiny_transformer
+from minimt.model.transformer import Transformer, attention, padding_mask
+from tests.helpers import causal_mask, tiny_transformer
 
 PAD = 0
 VOCAB = 24

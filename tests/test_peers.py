@@ -2,7 +2,7 @@
 
 import pytest
 
-from minimt.peers import TrainLog, decoding_seconds
+from minimt.bench.joeynmt import TrainLog, decoding_seconds
 
 T = "2026-11-22 01:{}"  # minute:second,millis
 

@@ -8,8 +8,8 @@ import statistics
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from minimt.report import ReportError, build_report, write_report
-from minimt.sweep import BASELINE, Configuration, Run
+from minimt.study.report import ReportError, build_report, write_report
+from minimt.study.runs import BASELINE, Configuration, Run
 from scripts.report import main
 
 WORDS = "a dog man woman child runs sits on the in green red field street ball water".split()

@@ -7,8 +7,11 @@ import pytest
 import torch
 
 from minimt.checkpoint import CheckpointError, CheckpointMismatch, load_checkpoint
-from minimt.training import SummedLoss, TrainingDiverged, train
+from minimt.train.loop import TrainingDiverged, train
+from minimt.train.step import SummedLoss
 from tests.helpers import compose_config, tiny_run_overrides
+
+pytestmark = pytest.mark.slow  # real training runs
 
 
 def tiny_run_config(multi30k_dir, data_dir, *overrides):

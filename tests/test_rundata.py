@@ -4,10 +4,10 @@ import datasets
 import pytest
 import torch
 
-import minimt.tokenizer
-from minimt.corpus import DataError, read_parallel
-from minimt.data import source_tensor
-from minimt.rundata import load_text_splits, prepare_data
+import minimt.data.tokenizer
+from minimt.data.batching import source_tensor
+from minimt.data.corpus import DataError, read_parallel
+from minimt.data.splits import load_text_splits, prepare_data
 from tests.helpers import compose_config
 
 TRAIN_PAIRS = 300
@@ -43,7 +43,7 @@ def test_second_run_reuses_the_cached_token_ids(cfg, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("tokenizer trained or text streamed although both are cached")
 
-    monkeypatch.setattr(minimt.tokenizer, "train_bpe", fail)
+    monkeypatch.setattr(minimt.data.tokenizer, "train_bpe", fail)
     monkeypatch.setattr(datasets.Dataset, "from_generator", fail)
     second = prepare_data(cfg).train_batches
     assert second.pairs.cache_files == first.pairs.cache_files

@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow  # real training runs
 
 
 def script(name, *args, stdin=None, timeout=300):

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from minimt.significance import paired_bootstrap
+from minimt.study.significance import paired_bootstrap
 
 WORDS = "a dog man woman child runs sits on the in green red field street ball water".split()
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-import minimt.tokenizer
-from minimt.corpus import parallel_files, read_parallel
-from minimt.tokenizer import (
+import minimt.data.tokenizer
+from minimt.data.corpus import parallel_files, read_parallel
+from minimt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -150,7 +150,7 @@ def test_second_build_loads_from_cache(tmp_path, train, monkeypatch):
     def no_training(texts, vocab_size):
         raise AssertionError("trained although a cached tokenizer exists")
 
-    monkeypatch.setattr(minimt.tokenizer, "train_bpe", no_training)
+    monkeypatch.setattr(minimt.data.tokenizer, "train_bpe", no_training)
     same_text = parallel_files(*write_pairs(tmp_path / "copy", src, tgt))
     second = build_tokenizers(same_text, 300, joint=False, cache_dir=cache)
     assert second.encode_tgt(tgt) == first.encode_tgt(tgt)

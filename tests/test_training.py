@@ -10,10 +10,12 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from minimt.corpus import DataError
-from minimt.rundata import load_text_splits
+from minimt.data.corpus import DataError
+from minimt.data.splits import load_text_splits
 from minimt.rundir import load_model
-from minimt.training import inverse_sqrt_lr, score, train
+from minimt.train.evaluation import score
+from minimt.train.loop import train
+from minimt.train.step import inverse_sqrt_lr
 from minimt.translator import Translator
 from tests.helpers import REPO, compose_config
 
@@ -39,6 +41,7 @@ def scalars(run_dir):
     return events
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_metrics_json(smoke_run):
     run_dir, metrics = smoke_run
     on_disk = json.loads((run_dir / "metrics.json").read_text())
@@ -50,6 +53,7 @@ def test_smoke_run_writes_metrics_json(smoke_run):
     assert len((run_dir / "hyps.test_2016_flickr.txt").read_text().splitlines()) == 1000
 
 
+@pytest.mark.slow
 def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
     run_dir, _ = smoke_run
     tags = scalars(run_dir)
@@ -69,6 +73,7 @@ def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
     assert all(math.isfinite(x) for x in losses)
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_the_embedding_views(smoke_run):
     run_dir, _ = smoke_run
     images, hparams = set(), False
@@ -84,6 +89,7 @@ def test_smoke_run_writes_the_embedding_views(smoke_run):
     assert {"embedding/token_norm", "embedding/position_norm"} <= set(scalars(run_dir))
 
 
+@pytest.mark.slow
 def test_run_directory_rebuilds_the_model(smoke_run):
     run_dir, _ = smoke_run
     assert (run_dir / "tokenizer.json").is_file()
@@ -96,6 +102,7 @@ def test_run_directory_rebuilds_the_model(smoke_run):
     assert tokenizers.src_vocab_size == model.embedding.src_tokens.num_embeddings
 
 
+@pytest.mark.slow
 def test_translator_from_the_run_directory_scores_what_the_log_says(smoke_run):
     run_dir, metrics = smoke_run
     result = metrics["test"]["test_2016_flickr"]

@@ -2,7 +2,7 @@ import logging
 
 import pytest
 
-from minimt.tokenizer import TokenizerPair, train_bpe
+from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.translator import Translator, fit_to_model
 from tests.helpers import tiny_transformer
 

@@ -10,10 +10,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
-from minimt.data import collate
-from minimt.model import padding_mask
-from minimt.tokenizer import TokenizerPair, train_bpe
-from minimt.views import (
+from minimt.data.tokenizer import TokenizerPair, train_bpe
+from minimt.model.transformer import padding_mask
+from minimt.study.views import (
     attention_probs,
     cosine_similarity_matrix,
     cross_attention,
@@ -25,7 +24,7 @@ from minimt.views import (
     positional_table,
     token_labels,
 )
-from tests.helpers import tiny_transformer
+from tests.helpers import collate, tiny_transformer
 
 SENTENCES = [
     "Ein Hund rennt über die Wiese.",

@@ -46,7 +46,7 @@ if [[ ! -f "$VENV/.installed" ]]; then
 fi
 
 DATA="$OUT/data"
-"$MINIMT_PY" -m minimt.peers export "$DATA_URL" "$ROOT/data/multi30k" "$DATA"
+"$MINIMT_PY" -m minimt.bench.joeynmt export "$DATA_URL" "$ROOT/data/multi30k" "$DATA"
 if [[ ! -f "$DATA/spm8k.model" ]]; then
     "$VENV/bin/python" - "$DATA" <<'EOF'
 import sys
@@ -154,7 +154,7 @@ sys.argv[0] = "joeynmt"
 runpy.run_module("joeynmt", run_name="__main__")
 ' train "$CONFIG" --skip-test >"$OUT/train.out" 2>&1 &
 TRAIN_PID=$!
-"$MINIMT_PY" -m minimt.peers stop-after "$MODEL/train.log" "$TRAIN_PID" "$MINUTES" "$OUT/budget.json"
+"$MINIMT_PY" -m minimt.bench.joeynmt stop-after "$MODEL/train.log" "$TRAIN_PID" "$MINUTES" "$OUT/budget.json"
 wait "$TRAIN_PID" || { tail -20 "$OUT/train.out" >&2; exit 1; }
 
 [[ -f "$MODEL/best.ckpt" ]] || {
@@ -164,5 +164,5 @@ wait "$TRAIN_PID" || { tail -20 "$OUT/train.out" >&2; exit 1; }
 # Test model_dir/best.ckpt (by val BLEU, as minimt does) with beam 5; JoeyNMT logs its generation time.
 rm -f "$MODEL/test.log"
 "$VENV/bin/python" -m joeynmt test "$CONFIG" --output-path "$OUT/hyps" >"$OUT/test.out" 2>&1
-"$MINIMT_PY" -m minimt.peers results "$MODEL" "$OUT/hyps.test" "$DATA/test_2016_flickr.en" \
+"$MINIMT_PY" -m minimt.bench.joeynmt results "$MODEL" "$OUT/hyps.test" "$DATA/test_2016_flickr.en" \
     "$OUT/results.json" --merge "$OUT/budget.json"

@@ -13,22 +13,6 @@ from torch import Tensor, nn
 
 from minimt.atomic import atomic_write
 
-# What a checkpoint's weights depend on: a model built with other values cannot load them.
-ARCHITECTURE_KEYS = (
-    "model.d_model",
-    "model.n_heads",
-    "model.n_encoder_layers",
-    "model.n_decoder_layers",
-    "model.d_ff",
-    "model.max_seq_len",
-    "model.norm_first",
-    "pe.name",
-    "embedding.scale",
-    "embedding.share",
-    "tokenizer.vocab_size",
-    "tokenizer.joint",
-)
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written, read or used; the message names the file."""

@@ -1,4 +1,5 @@
-"""Checks a composed Hydra config before any work starts, with messages that name the key."""
+"""What each config key means, in one place: its rules (checked before any work starts, with
+messages that name the key), the keys a checkpoint depends on, and the model a config builds."""
 
 from __future__ import annotations
 
@@ -7,8 +8,38 @@ from collections.abc import Callable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from minimt.checkpoint import run_dir_of
-from minimt.embedding import POSITIONAL_ENCODINGS
-from minimt.tokenizer import MIN_VOCAB_SIZE
+from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
+from minimt.model.embedding import POSITIONAL_ENCODINGS
+from minimt.model.transformer import Transformer
+
+# What a checkpoint's weights depend on: a model built with other values cannot load them.
+ARCHITECTURE_KEYS = (
+    "model.d_model",
+    "model.n_heads",
+    "model.n_encoder_layers",
+    "model.n_decoder_layers",
+    "model.d_ff",
+    "model.max_seq_len",
+    "model.norm_first",
+    "pe.name",
+    "embedding.scale",
+    "embedding.share",
+    "tokenizer.vocab_size",
+    "tokenizer.joint",
+)
+
+
+# Settings a resumed run must share with its checkpoint: the weights, the data and its order.
+RESUME_KEYS = (
+    *ARCHITECTURE_KEYS,
+    "data.name",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.max_train_pairs",
+    "data.max_train_len",
+    "trainer.seed",
+    "trainer.batch_tokens",
+)
 
 
 class ConfigError(ValueError):
@@ -64,6 +95,7 @@ def probability(v: object) -> str | None:
 
 RULES: dict[str, Rule] = {
     "resume": lambda v: None if v is None or isinstance(v, str) else "must be a path or null",
+    "views": boolean,
     "pe.name": one_of(*POSITIONAL_ENCODINGS),
     "embedding.scale": boolean,
     "embedding.share": boolean,
@@ -159,3 +191,25 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(
             "minimt.run_dir", lambda resume, new: str(run_dir_of(resume)) if resume else new
         )
+
+
+def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
+    """The model a config describes; the one place where config becomes a model."""
+    m = cfg.model
+    return Transformer(
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=m.d_model,
+        n_heads=m.n_heads,
+        n_encoder_layers=m.n_encoder_layers,
+        n_decoder_layers=m.n_decoder_layers,
+        d_ff=m.d_ff,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        max_seq_len=m.max_seq_len,
+        pad_id=PAD_ID,
+        pos_encoding=cfg.pe.name,
+        scale_embedding=cfg.embedding.scale,
+        share_embeddings=cfg.embedding.share,
+        norm_first=m.norm_first,
+    )

@@ -14,11 +14,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from minimt.data import source_tensor, token_batches
-from minimt.decoding import beam_search, greedy_decode
-from minimt.model import Transformer
-from minimt.rundir import load_model, pick_device, precision_autocast, resolve_precision
-from minimt.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
+from minimt.data.batching import source_tensor, token_batches
+from minimt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
+from minimt.model.search import beam_search, greedy_decode
+from minimt.model.transformer import Transformer
+from minimt.rundir import load_model
+from minimt.runtime import pick_device, precision_autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,9 @@ class Translator:
         model: Transformer,
         tokenizers: TokenizerPair,
         *,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        batch_tokens: int = 4096,
+        max_len_a: float,
+        max_len_b: int,
+        batch_tokens: int,
         precision: str = "fp32",
         use_cache: bool = True,
     ):
@@ -76,7 +77,8 @@ class Translator:
         precision: str,
         batch_tokens: int | None = None,
     ) -> Translator:
-        """The decoding settings of a run's config (kept as `translator.config`)."""
+        """The decoding settings of a run's config (kept as `translator.config`); batches of
+        `batch_tokens` source tokens (None: the run's trainer.batch_tokens)."""
         translator = cls(
             model,
             tokenizers,
@@ -96,7 +98,8 @@ class Translator:
         device: str = "auto",
         batch_tokens: int | None = None,
     ) -> Translator:
-        """Rebuild from a run directory; checkpoint is best, last, averaged or a path."""
+        """Rebuild from a run directory; checkpoint is best, last, averaged or a path;
+        `batch_tokens` only changes speed (None: the run's trainer.batch_tokens)."""
         model, tokenizers, cfg = load_model(run_dir, checkpoint)
         torch_device = pick_device(device)
         precision = resolve_precision(cfg.trainer.precision, torch_device)

@@ -19,7 +19,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from minimt.atomic import atomic_write
-from minimt.corpus import ParallelFiles
+from minimt.data.corpus import ParallelFiles
 
 logger = logging.getLogger(__name__)
 

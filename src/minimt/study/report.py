@@ -15,12 +15,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from minimt.corpus import DataError, Pairs
-from minimt.lengths import DEFAULT_EDGES, bleu_by_bucket
-from minimt.plots import save_bleu_by_length, save_test_bleu, save_val_bleu
-from minimt.rundata import load_text_splits
-from minimt.significance import PairedResult, paired_bootstrap
-from minimt.sweep import BASELINE, Configuration, Run, load_sweep
+from minimt.data.corpus import DataError, Pairs
+from minimt.data.splits import load_text_splits
+from minimt.study.lengths import DEFAULT_EDGES, bleu_by_bucket
+from minimt.study.plots import save_bleu_by_length, save_test_bleu, save_val_bleu
+from minimt.study.runs import BASELINE, Configuration, Run, load_sweep
+from minimt.study.significance import PairedResult, paired_bootstrap
 
 log = logging.getLogger(__name__)
 

@@ -9,17 +9,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minimt.embedding import RotaryPositions, Seq2SeqEmbedding
+from minimt.model.embedding import RotaryPositions, Seq2SeqEmbedding
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
     """(B, S) ids -> (B, 1, 1, S) bool, True where the key is a real token (may be attended)."""
     return (ids != pad_id)[:, None, None, :]
-
-
-def causal_mask(n: int, device: torch.device | str | None = None) -> Tensor:
-    """(n, n) bool, True on and below the diagonal: query i may attend to keys 0..i."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
 def attention(
@@ -242,25 +237,29 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer whose output projection is the target embedding matrix."""
+    """Encoder-decoder Transformer whose output projection is the target embedding matrix.
+
+    The sizes have no defaults (configs/model/ holds them); the embedding choices default as
+    Seq2SeqEmbedding's do.
+    """
 
     def __init__(
         self,
         src_vocab_size: int,
         tgt_vocab_size: int,
         *,
-        d_model: int = 256,
-        n_heads: int = 4,
-        n_encoder_layers: int = 3,
-        n_decoder_layers: int = 3,
-        d_ff: int = 1024,
+        d_model: int,
+        n_heads: int,
+        n_encoder_layers: int,
+        n_decoder_layers: int,
+        d_ff: int,
+        max_seq_len: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
-        max_seq_len: int = 256,
         pad_id: int = 0,
         pos_encoding: str = "sinusoidal",
         scale_embedding: bool = True,
-        share_embeddings: bool = True,
+        share_embeddings: bool = False,
         norm_first: bool = True,
     ):
         super().__init__()

@@ -4,9 +4,9 @@
 module (from minimt's environment) to export the verified Multi30k files as the plain text
 JoeyNMT reads, and to turn JoeyNMT's train/test logs into `results.json`:
 
-    python -m minimt.peers export URL CACHE_DIR OUT_DIR
-    python -m minimt.peers stop-after TRAIN_LOG PID MINUTES OUT_JSON
-    python -m minimt.peers results MODEL_DIR TEST_HYPOTHESES OUT_JSON
+    python -m minimt.bench.joeynmt export URL CACHE_DIR OUT_DIR
+    python -m minimt.bench.joeynmt stop-after TRAIN_LOG PID MINUTES OUT_JSON
+    python -m minimt.bench.joeynmt results MODEL_DIR TEST_HYPOTHESES OUT_JSON
 """
 
 import argparse
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from minimt.corpus import fetch_multi30k_file, read_lines
+from minimt.data.corpus import fetch_multi30k_file, read_lines
 from minimt.metrics import corpus_scores
 
 SPLITS = ("train", "val", "test_2016_flickr")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from minimt.model import Transformer
+from minimt.model.transformer import Transformer
 
 
 @dataclass(frozen=True)

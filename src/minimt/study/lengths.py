@@ -7,7 +7,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
 
-from minimt.corpus import Pairs
+from minimt.data.corpus import Pairs
 from minimt.metrics import corpus_scores
 
 # Source-length buckets in words: [0, 10), [10, 15), ..., [25, inf).

@@ -18,8 +18,8 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 from torch.utils.tensorboard import SummaryWriter
 
-from minimt.model import MultiHeadAttention, Transformer
-from minimt.tokenizer import EOS_ID, TokenizerPair
+from minimt.data.tokenizer import EOS_ID, TokenizerPair
+from minimt.model.transformer import MultiHeadAttention, Transformer
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from minimt.model import Transformer
+from minimt.model.transformer import Transformer
 
 
 def max_output_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tensor:

@@ -10,7 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from minimt.sweep import Configuration
+from minimt.study.runs import Configuration
 
 Curve = list[tuple[int, float]]  # (step, value)
 

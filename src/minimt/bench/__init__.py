@@ -1,0 +1,1 @@
+"""Benchmarks: model FLOPs, speed and memory measurements, JoeyNMT side by side."""

@@ -1,0 +1,307 @@
+"""Training and decoding speed, MFU and memory on the configured data and model: one process.
+
+    python scripts/benchmark.py                         # the default model on Multi30k, this device
+    python scripts/benchmark.py trainer.device=cuda     # the same on a GPU
+    python scripts/benchmark.py experiment=smoke        # the whole benchmark in well under a minute
+    python scripts/benchmark.py benchmark.run=RUN       # decoding speed of a trained run
+    python scripts/benchmark.py --compare joeynmt       # + JoeyNMT trained side by side (minutes)
+
+Measures (a) the matmul roof: FLOP/s of large bf16 and fp32 products; (b) training steps/s and
+target and source tokens/s on the real token-count batches, after warm-up, median of several
+windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real tokens only)
+and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding fraction
+of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and without
+the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
+length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of
+each fast-path setting: training tokens/s of `benchmark.variants` (one setting changed each)
+taking turns window by window with the config; (h) with `--compare NAME`, the peer toolkit
+trained by scripts/peers/NAME.sh for `benchmark.compare_minutes`. Prints a table and writes
+benchmark.json into the Hydra run directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import logging
+import os
+import statistics
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from minimt.bench.flops import Shape, training_flops
+from minimt.bench.measure import (
+    decoding_rates,
+    matmul_flops_per_sec,
+    padding_fraction,
+    peak_rss_mb,
+    synchronize,
+    timed,
+)
+from minimt.config import ConfigError, validate_config
+from minimt.data.batching import prefetched
+from minimt.data.splits import RunData, prepare_data
+from minimt.data.tokenized import id_lengths
+from minimt.data.tokenizer import PAD_ID
+from minimt.model.transformer import Transformer
+from minimt.runtime import pick_device, seed_everything, set_num_threads
+from minimt.train.step import build_training, train_step
+from minimt.translator import Translator
+
+log = logging.getLogger(__name__)
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class TrainingRun:
+    """A model trained on the real batches under one config, timed a window of steps at a time:
+    the trainer's own pieces (optimizer, loss, prefetched collation)."""
+
+    def __init__(self, cfg: DictConfig, data: RunData, device: torch.device):
+        seed_everything(cfg.trainer.seed)
+        vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
+        self.cfg, self.device = cfg, device
+        self.training = build_training(cfg, *vocab, device)
+        self.shape = Shape.of(self.training.model)
+        batches = (data.train_batches.collate(i) for i in batch_order(data))
+        self.batches = prefetched(batches, cfg.trainer.prefetch)
+
+    def window(self, steps: int) -> dict[str, float]:
+        """Seconds, steps, target/source tokens and model FLOPs of the next `steps` steps."""
+        counts = {"tgt_tokens": 0, "src_tokens": 0, "flops": 0}
+        trainer = self.cfg.trainer
+
+        def run() -> None:
+            for batch in itertools.islice(self.batches, steps):
+                src_lens = (batch.src != PAD_ID).sum(1).tolist()
+                tgt_lens = (batch.tgt_out != PAD_ID).sum(1).tolist()
+                counts["src_tokens"] += sum(src_lens)
+                counts["tgt_tokens"] += sum(tgt_lens)
+                counts["flops"] += training_flops(self.shape, src_lens, tgt_lens)
+                t = self.training
+                batches, scale = [batch.to(self.device)], 1 / sum(tgt_lens)
+                train_step(
+                    t.loss_fn, batches, scale, t.optimizer, t.scheduler, trainer.clip_grad_norm
+                )
+
+        return {"seconds": timed(run, self.device), "steps": steps, **counts}
+
+
+def batch_order(data: RunData) -> Iterator[list[int]]:
+    """The training batches (index lists) epoch after epoch, as training takes them."""
+    for epoch in itertools.count():
+        yield from data.train_batches.batches(epoch)
+
+
+def measure_training(runs: dict[str, TrainingRun], bench: DictConfig) -> dict[str, dict]:
+    """Per run: median steps/s, tokens/s and model FLOP/s over timed windows after warm-up.
+
+    Several runs take turns window by window on the same batches, so they share the machine's
+    noise; their ratios are what to quote."""
+    for run in runs.values():
+        run.window(bench.warmup_steps)
+    windows = {name: [] for name in runs}
+    for _ in range(bench.windows):
+        for name, run in runs.items():
+            windows[name].append(run.window(bench.window_steps))
+    return {name: _rates(found) for name, found in windows.items()}
+
+
+def _rates(windows: list[dict[str, float]]) -> dict:
+    def median_rate(key: str) -> float:
+        return statistics.median(w[key] / w["seconds"] for w in windows)
+
+    return {
+        "steps_per_s": median_rate("steps"),
+        "tgt_tokens_per_s": median_rate("tgt_tokens"),
+        "src_tokens_per_s": median_rate("src_tokens"),
+        "model_flops_per_s": median_rate("flops"),
+        "model_flops_per_tgt_token": sum(w["flops"] for w in windows)
+        / sum(w["tgt_tokens"] for w in windows),
+        "windows": windows,
+    }
+
+
+def with_changes(cfg: DictConfig, change: DictConfig) -> DictConfig:
+    """A copy of `cfg` with `change`'s dotted keys set to its values."""
+    changed = copy.deepcopy(cfg)
+    for key, value in change.items():
+        OmegaConf.update(changed, str(key), value)
+    return changed
+
+
+def measure_variants(cfg: DictConfig, data: RunData, device: torch.device) -> dict:
+    """Target tokens/s of the config and of each `benchmark.variants` change to it, taking turns;
+    each variant's speed-up is the config's tokens/s over the variant's."""
+    configs = {"config": cfg} | {
+        name: with_changes(cfg, change) for name, change in cfg.benchmark.variants.items()
+    }
+    for variant in configs.values():
+        validate_config(variant)
+    runs = {name: TrainingRun(variant, data, device) for name, variant in configs.items()}
+    rates = measure_training(runs, cfg.benchmark)
+    base, changes = (
+        rates["config"]["tgt_tokens_per_s"],
+        OmegaConf.to_container(cfg.benchmark.variants),
+    )
+    return {
+        name: {
+            "change": changes.get(name, {}),
+            "tgt_tokens_per_s": found["tgt_tokens_per_s"],
+            "config_speedup": base / found["tgt_tokens_per_s"],
+        }
+        for name, found in rates.items()
+    }
+
+
+def measure_padding(data: RunData) -> dict[str, float]:
+    """Padding fraction of epoch 0's source and target tensors: the length-sorted batches
+    training takes, and batches filled in random order (what no length buckets would give)."""
+    src_lens, tgt_lens = id_lengths(data.train_batches.pairs)
+    found = {}
+    for name, by_length in (("", True), ("unsorted_", False)):
+        batches = data.train_batches.batches(0, by_length)
+        found[f"{name}src"] = padding_fraction(src_lens + 1, batches)  # + <eos>
+        found[f"{name}tgt"] = padding_fraction(tgt_lens + 1, batches)  # + <bos> / <eos>
+    return found
+
+
+def measure_decoding(cfg: DictConfig, data: RunData, model: Transformer, precision: str) -> dict:
+    bench = cfg.benchmark
+    if bench.run:
+        translator = Translator.from_run(bench.run, "best", device=cfg.trainer.device)
+    else:
+        translator = Translator.from_config(model, data.tokenizers, cfg, precision)
+    name, (sources, references) = next(iter(data.splits.tests.items()))
+    n = bench.decode_sentences
+    rates, seconds, bleu = decoding_rates(translator, sources[:n], references[:n], bench.repeats)
+    return {
+        "test_set": name,
+        "sentences": len(sources[:n]),
+        "model": str(bench.run) if bench.run else "the benchmarked model (barely trained)",
+        "sentences_per_s": rates,
+        "seconds": seconds,
+        "bleu": bleu,
+    }
+
+
+def benchmark(cfg: DictConfig, out_dir: Path, peers_dir: Path) -> dict:
+    """Everything the module docstring lists, as one report (benchmark.json). A peer toolkit
+    (`benchmark.compare`) is trained by peers_dir/<name>.sh into out_dir/peers/<name>."""
+    bench = cfg.benchmark
+    if bench.compare:
+        peer_script(peers_dir, bench.compare)  # before any work
+    set_num_threads(cfg.trainer.num_threads)
+    device = pick_device(cfg.trainer.device)
+    roof = {
+        name: matmul_flops_per_sec(device, dtype, bench.matmul_size, bench.repeats)
+        for name, dtype in DTYPES.items()
+    }
+    data = prepare_data(cfg)
+    run = TrainingRun(cfg, data, device)
+    training = measure_training({"config": run}, bench)["config"]
+    training["mfu"] = training["model_flops_per_s"] / roof[run.training.precision]
+    synchronize(device)
+    report = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "precision": run.training.precision,
+        "num_parameters": run.training.model.num_parameters(),
+        "matmul_peak_flops_per_s": roof,
+        "training": training,
+        "padding_fraction": measure_padding(data),
+        "decoding": measure_decoding(cfg, data, run.training.model, run.training.precision),
+        "peak_rss_mb": peak_rss_mb(),  # before the variants' extra models
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    if device.type == "cuda":
+        report["peak_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    if bench.variants:
+        report["variants"] = measure_variants(cfg, data, device)
+    if bench.compare:
+        peer = run_peer(peer_script(peers_dir, bench.compare), out_dir, bench.compare_minutes)
+        report["peers"] = {bench.compare: peer}
+    return report
+
+
+def peer_script(peers_dir: Path, name: str) -> Path:
+    script = peers_dir / f"{name}.sh"
+    if not script.is_file():
+        known = ", ".join(sorted(p.stem for p in peers_dir.glob("*.sh")))
+        raise ConfigError(f"--compare {name}: no peer script {script} (peers: {known})")
+    return script
+
+
+def run_peer(script: Path, out_dir: Path, minutes: float) -> dict:
+    """Train a peer toolkit with its script (scripts/peers/<name>.sh) for `minutes`; its
+    results.json, from out_dir/peers/<name>."""
+    name = script.stem
+    out = out_dir / "peers" / name
+    environment = os.environ | {f"{name.upper()}_OUT": str(out)}
+    command = ["bash", str(script), "--minutes", str(minutes), "--validation-freq", "50"]
+    log.info("training the peer %s for %s minutes: %s", name, minutes, " ".join(command))
+    subprocess.run(command, check=True, env=environment)
+    return json.loads((out / "results.json").read_text())
+
+
+def format_table(report: dict) -> str:
+    """The report as aligned `name  value` lines."""
+    t, d = report["training"], report["decoding"]
+    roof = report["matmul_peak_flops_per_s"]
+    rows = [
+        (
+            "device / threads / precision",
+            f"{report['device']} / {report['threads']} / "
+            f"{report['precision']} (torch {report['torch']})",
+        ),
+        (
+            "matmul roof bf16 / fp32",
+            f"{roof['bf16'] / 1e9:,.0f} / {roof['fp32'] / 1e9:,.0f} GFLOP/s",
+        ),
+        ("training steps/s", f"{t['steps_per_s']:.2f}"),
+        (
+            "target / source tokens/s",
+            f"{t['tgt_tokens_per_s']:,.0f} / {t['src_tokens_per_s']:,.0f}",
+        ),
+        ("model FLOPs per target token", f"{t['model_flops_per_tgt_token'] / 1e6:.1f} M"),
+        ("model FLOP/s, MFU", f"{t['model_flops_per_s'] / 1e9:,.1f} GFLOP/s, {t['mfu']:.1%}"),
+        (
+            "padding src / tgt (unsorted batches)",
+            "{src:.1%} / {tgt:.1%} ({unsorted_src:.1%} / {unsorted_tgt:.1%})".format(
+                **report["padding_fraction"]
+            ),
+        ),
+        *(
+            (f"decoding {name} ({d['sentences']} sent.)", f"{rate:,.1f} sentences/s")
+            for name, rate in d["sentences_per_s"].items()
+        ),
+        ("peak RSS", f"{report['peak_rss_mb']:,.0f} MB"),
+    ]
+    if "peak_allocated_mb" in report:
+        rows.append(("peak GPU memory allocated", f"{report['peak_allocated_mb']:,.0f} MB"))
+    for name, variant in report.get("variants", {}).items():
+        change = " ".join(f"{k}={v}" for k, v in variant["change"].items()) or "(as configured)"
+        rows.append(
+            (
+                f"variant {name}: {change}",
+                f"{variant['tgt_tokens_per_s']:,.0f} tgt tok/s "
+                f"(config {variant['config_speedup']:.2f}x)",
+            )
+        )
+    for name, peer in report.get("peers", {}).items():
+        rows += [
+            (
+                f"{name}: target tokens/s",
+                f"{peer['tgt_tokens_per_s']:,.0f} "
+                f"(minimt {t['tgt_tokens_per_s'] / peer['tgt_tokens_per_s']:.1f}x)",
+            ),
+            (f"{name}: beam-5 sentences/s", f"{peer['beam5_sentences_per_s']:,.1f}"),
+            (f"{name}: peak RSS", f"{peer['peak_rss_mb']:,.0f} MB"),
+        ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -1,0 +1,82 @@
+"""Where and how a process computes: device, precision and autocast, seeds, threads, allocator."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+ALLOCATORS = ("mimalloc", "system")
+
+
+def pick_device(name: str) -> torch.device:
+    """ "auto" is cuda when available, else cpu; asking for a missing cuda is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda asked for, but no CUDA device is available; use cpu")
+    return torch.device(name)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """ "auto" becomes bf16 where the device has fast bf16 matrix units, else fp32."""
+    if precision == "auto":
+        return "bf16" if bf16_supported(device) else "fp32"
+    return precision
+
+
+def precision_autocast(precision: str, device: torch.device) -> torch.autocast:
+    """bf16 autocast on `device` for precision "bf16"; a disabled one (fp32) otherwise."""
+    return torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16")
+
+
+def seed_everything(seed: int) -> None:
+    """Python's and torch's random streams (dropout, initial weights) from one seed."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def set_num_threads(num_threads: int | None) -> None:
+    """torch's intra-op threads; None keeps torch's default (one per core)."""
+    if num_threads:
+        torch.set_num_threads(num_threads)
+
+
+def mimalloc_library() -> Path | None:
+    """libmimalloc.so of the cmeel-mimalloc wheel, if installed."""
+    try:
+        files = metadata.files("cmeel-mimalloc") or []
+    except metadata.PackageNotFoundError:
+        return None
+    found = [Path(str(f.locate())) for f in files if f.name == "libmimalloc.so"]
+    return found[0] if found and found[0].is_file() else None
+
+
+def reexec_with_mimalloc() -> None:
+    """Re-execute this process's command line with mimalloc preloaded, unless it already is,
+    MINIMT_ALLOCATOR=system asks for the C library's malloc, or mimalloc is not installed.
+
+    Training allocates activations of a new shape at every step (batches differ in length), and
+    glibc's malloc keeps such freed chunks, so the resident size creeps far above what a step holds;
+    mimalloc keeps it flat (docs/performance.md has the figures). A process picks its allocator
+    before it starts, hence the re-execution.
+    """
+    choice = os.environ.get("MINIMT_ALLOCATOR", "mimalloc")
+    if choice not in ALLOCATORS:
+        sys.exit(f"MINIMT_ALLOCATOR={choice!r}: use one of {', '.join(ALLOCATORS)}")
+    library = mimalloc_library()
+    preload = os.environ.get("LD_PRELOAD", "")
+    if choice == "system" or library is None or str(library) in preload.split(":"):
+        return
+    environment = os.environ | {"LD_PRELOAD": ":".join(filter(None, [str(library), preload]))}
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)

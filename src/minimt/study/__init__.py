@@ -1,0 +1,1 @@
+"""The embedding study: TensorBoard views (a training hook), length tests, significance, reports."""

@@ -1,0 +1,1 @@
+"""Training: the loop, one step, evaluation, progress and checkpoints, processes and signals."""

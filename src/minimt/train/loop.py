@@ -1,0 +1,282 @@
+"""The training run: one loop from the first step to metrics.json; hooks plugged in from outside.
+
+metrics = train(cfg, run_dir, hooks=[...])   # continues cfg.resume when set
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from contextlib import closing, nullcontext
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
+
+from minimt.atomic import remove_temp_files
+from minimt.checkpoint import (
+    load_checkpoint,
+    load_weights,
+    resume_checkpoint,
+    save_checkpoint,
+    save_json,
+)
+from minimt.config import ConfigError, validate_config
+from minimt.data.splits import prepare_data
+from minimt.runtime import pick_device, seed_everything, set_num_threads
+from minimt.train.distributed import Distributed
+from minimt.train.epochs import step_batches
+from minimt.train.evaluation import score_test_sets, validate
+from minimt.train.hooks import Hook, RunContext
+from minimt.train.interrupt import StopRequest
+from minimt.train.progress import Window, log_scalars, log_start, log_window, progress_bar
+from minimt.train.state import (
+    Clock,
+    TrainState,
+    resume_training,
+    save_training_checkpoint,
+    weights_dict,
+)
+from minimt.train.step import Training, build_training, train_step
+from minimt.translator import Translator
+
+log = logging.getLogger(__name__)
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM stopped training after a checkpoint was saved; says how to resume."""
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient."""
+
+
+def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> dict | None:
+    """Train the configured model in `run_dir` (or continue `cfg.resume`), then test it.
+
+    Under torchrun every process calls this; rank 0 returns the metrics also written to
+    run_dir/metrics.json, the other ranks None. Raises Interrupted after saving a checkpoint
+    when SIGINT/SIGTERM asked training to stop.
+    """
+    validate_config(cfg)
+    dist = Distributed.from_env(pick_device(cfg.trainer.device))
+    try:
+        if not dist.is_main:
+            logging.getLogger("minimt").setLevel(logging.WARNING)
+        return run_training(cfg, Path(dist.broadcast(str(run_dir))), dist, hooks)
+    finally:
+        dist.close()
+
+
+def run_training(
+    cfg: DictConfig, run_dir: Path, dist: Distributed, hooks: Sequence[Hook]
+) -> dict | None:
+    """This process's part of the run: set up, the loop, the final scores (rank 0)."""
+    trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
+    seed_everything(trainer.seed)
+    set_num_threads(trainer.num_threads)
+    device = dist.device(pick_device(trainer.device))
+    with dist.main_first():
+        data = prepare_data(cfg)
+    if dist.is_main:
+        data.tokenizers.save(run_dir)
+        remove_temp_files(ckpt_dir)
+    vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
+    training = build_training(cfg, *vocab, device, dist.wrap)
+    if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
+        torch.manual_seed(trainer.seed * 1000 + dist.rank)
+    resumed = cfg.resume is not None
+    state = (
+        resume_training(resume_checkpoint(cfg.resume), cfg, training, dist)
+        if resumed
+        else TrainState()
+    )
+    check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
+    translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
+    if dist.is_main:
+        log_start(training, device, trainer, dist.world_size)
+    clock, last_saved = Clock(state.train_seconds), state.step if resumed else -1
+    window, nonfinite_in_a_row = Window(), 0
+    reason, interrupted = "trainer.max_epochs reached", False
+    with (
+        SummaryWriter(run_dir, purge_step=state.step + 1 if resumed else None)
+        if dist.is_main
+        else nullcontext() as writer,
+        StopRequest() as stop,
+        progress_bar(trainer.max_steps, state.step, dist.is_main) as bar,
+        closing(step_batches(data.train_batches, state, dist, trainer)) as steps,
+    ):
+        run = RunContext(cfg, run_dir, training.model, translator, data, writer, device)
+        for batches in steps:
+            if state.step >= trainer.max_steps:
+                reason = "trainer.max_steps reached"
+                break
+            local_tokens = sum(b.num_tgt_tokens for b in batches)
+            late = clock.elapsed() >= trainer.max_minutes * 60
+            tokens, signalled, late = dist.sum(
+                [local_tokens, stop.signal is not None, late], device
+            )
+            if signalled or late:
+                interrupted = bool(signalled)
+                signal_name = stop.signal or "a signal to another process"
+                reason = signal_name if signalled else "trainer.max_minutes reached"
+                break
+            batches = [b.to(device) for b in batches]
+            loss_sum, grad_norm, applied = train_step(
+                training.loss_fn,
+                batches,
+                dist.world_size / tokens,
+                training.optimizer,
+                training.scheduler,
+                trainer.clip_grad_norm,
+            )
+            state.count_step(int(tokens), dist.world_size * trainer.accumulate, applied)
+            bar.update()
+            nonfinite_in_a_row = 0 if applied else nonfinite_in_a_row + 1
+            if applied:
+                window.add(loss_sum, local_tokens, int(tokens))
+            else:
+                check_nonfinite(state, nonfinite_in_a_row, grad_norm, trainer, ckpt_dir)
+            if state.step % trainer.log_every == 0:
+                if dist.is_main:
+                    log_window(writer, bar, window, grad_norm, training, state)
+                window = Window()
+            if state.step % trainer.val_every == 0 and dist.is_main:
+                validate_and_keep_best(run, training, state, clock, hooks)
+            if state.step % trainer.save_every == 0:
+                save_step(ckpt_dir, training, state, clock, cfg, dist)
+                last_saved = state.step
+        if interrupted:
+            save_step(ckpt_dir, training, state, clock, cfg, dist)
+            raise Interrupted(
+                f"{reason}: stopped at step {state.step}, checkpoint saved in {ckpt_dir}; "
+                f"resume with the same settings plus resume={run_dir}"
+            )
+        log.info("training stopped at step %d: %s", state.step, reason)
+        validated = state.val_history and state.val_history[-1]["step"] == state.step
+        if dist.is_main and not validated:
+            validate_and_keep_best(run, training, state, clock, hooks)
+        if last_saved != state.step:
+            save_step(ckpt_dir, training, state, clock, cfg, dist)
+        if not dist.is_main:
+            return None
+        return finish(run, state, clock, hooks, dist.world_size)
+
+
+def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> None:
+    if n_batches < world_size * accumulate:
+        raise ConfigError(
+            f"the training data make {n_batches} batches per epoch, fewer than one step "
+            f"needs ({world_size} processes x trainer.accumulate={accumulate}): lower "
+            "trainer.accumulate or trainer.batch_tokens, or use fewer processes"
+        )
+
+
+def check_nonfinite(
+    state: TrainState, in_a_row: int, grad_norm: Tensor, trainer: DictConfig, ckpt_dir: Path
+) -> None:
+    """Warn about a skipped update; raise TrainingDiverged after too many in a row."""
+    log.warning(
+        "step %d: non-finite loss or gradient (grad norm %s), update skipped (%d in a row, "
+        "%d in all)",
+        state.step,
+        grad_norm.item(),
+        in_a_row,
+        state.skipped_steps,
+    )
+    if in_a_row >= trainer.max_nonfinite_steps:
+        raise TrainingDiverged(
+            f"{trainer.max_nonfinite_steps} updates in a row had a non-finite loss or gradient "
+            f"(the last at step {state.step}): lower trainer.lr (now {trainer.lr}) or use "
+            f"trainer.precision=fp32; the last good checkpoints are in {ckpt_dir}"
+        )
+
+
+def validate_and_keep_best(
+    run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
+) -> None:
+    """Rank 0: val loss and greedy BLEU logged, the hooks called, best.pt when BLEU improves."""
+    seconds = clock.elapsed()  # the validation itself not included
+    data = run.data
+    nll, scores = validate(run.translator, data.splits.val, data.val_batches, training.autocast)
+    state.val_history.append(
+        {"step": state.step, "seconds": seconds, "loss": nll, "bleu": scores.bleu}
+    )
+    values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu, "chrf": scores.chrf}
+    log_scalars(run.writer, "val", values, state.step)
+    log.info(
+        "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
+        state.step,
+        nll,
+        scores.bleu,
+        scores.chrf,
+    )
+    for hook in hooks:
+        hook.on_validation(run, state.step)
+    if scores.bleu > state.best_val_bleu:
+        state.best_val_bleu, state.best_step = scores.bleu, state.step
+        best = weights_dict(run.model, state, run.cfg)
+        save_checkpoint(run.run_dir / "checkpoints" / "best.pt", best)
+
+
+def save_step(
+    ckpt_dir: Path,
+    training: Training,
+    state: TrainState,
+    clock: Clock,
+    cfg: DictConfig,
+    dist: Distributed,
+) -> None:
+    state.train_seconds = clock.elapsed()
+    save_training_checkpoint(ckpt_dir, training, state, cfg, dist)
+
+
+def finish(
+    run: RunContext, state: TrainState, clock: Clock, hooks: Sequence[Hook], world_size: int
+) -> dict:
+    """Rank 0: score the best checkpoint on the test sets, write metrics.json, call the hooks."""
+    cfg = run.cfg
+    state.train_seconds = clock.elapsed()
+    log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
+    best = run.run_dir / "checkpoints" / "best.pt"
+    load_weights(run.model, load_checkpoint(best)["model"], best)
+    decoding = cfg.decoding
+    tests = score_test_sets(
+        run.translator,
+        run.data.splits.tests,
+        decoding.test_beam,
+        decoding.length_penalty,
+        run.run_dir,
+    )
+    for i, (name, result) in enumerate(tests.items()):  # the first test set is the headline
+        result["checkpoint"] = "best"
+        prefix = "test" if i == 0 else f"test/{name}"
+        log_scalars(
+            run.writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, state.step
+        )
+    metrics = {
+        "steps": state.step,
+        "epochs_completed": state.epoch,
+        "precision": run.translator.precision,
+        "world_size": world_size,
+        "accumulate": cfg.trainer.accumulate,
+        "train_seconds": state.train_seconds,
+        "tgt_tokens": state.tgt_tokens,
+        "tokens_per_sec": state.tgt_tokens / state.train_seconds,
+        "tokens_per_step": state.tgt_tokens / max(state.step, 1),
+        "skipped_steps": state.skipped_steps,
+        "num_parameters": run.model.num_parameters(),
+        "best_val_bleu": state.best_val_bleu,
+        "best_step": state.best_step,
+        "val_history": state.val_history,
+        "test": tests,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    save_json(run.run_dir / "metrics.json", metrics)  # safe whatever a hook does next
+    for hook in hooks:
+        hook.on_finish(run, metrics)
+    save_json(run.run_dir / "metrics.json", metrics)
+    return metrics

@@ -1,0 +1,143 @@
+"""A run's progress (TrainState, Clock) and its resumable checkpoints: save and resume."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from minimt.checkpoint import (
+    CheckpointError,
+    CheckpointMismatch,
+    config_mismatches,
+    load_checkpoint,
+    load_weights,
+    remove_old_checkpoints,
+    save_checkpoint,
+)
+from minimt.config import RESUME_KEYS
+from minimt.model.transformer import Transformer
+from minimt.train.distributed import Distributed
+from minimt.train.step import Training
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Everything about the run's progress that is not a tensor (saved in every checkpoint)."""
+
+    step: int = 0  # optimizer steps taken, skipped ones included
+    epoch: int = 0
+    epoch_batches: int = 0  # batches of the current epoch consumed, over all processes
+    tgt_tokens: int = 0
+    train_seconds: float = 0.0
+    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient
+    best_val_bleu: float = -1.0
+    best_step: int = 0
+    val_history: list[dict[str, float]] = field(default_factory=list)
+
+    def count_step(self, tokens: int, batches: int, applied: bool) -> None:
+        """One optimizer step done: `tokens` target tokens in `batches` batches (all processes)."""
+        self.step += 1
+        self.epoch_batches += batches
+        self.tgt_tokens += tokens
+        self.skipped_steps += not applied
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Training seconds of a run, earlier sessions of a resumed run included."""
+
+    seconds_before: float
+    start: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return self.seconds_before + time.monotonic() - self.start
+
+
+def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict:
+    """Everything needed to rebuild and use the model (best.pt)."""
+    return {
+        "model": model.state_dict(),
+        "state": asdict(state),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+
+
+def rng_state() -> dict:
+    """This process's random number generator states (python, torch CPU, every CUDA device)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {"python": random.getstate(), "torch": torch.get_rng_state(), "cuda": cuda}
+
+
+def set_rng_state(saved: dict) -> None:
+    random.setstate(saved["python"])
+    torch.set_rng_state(saved["torch"])
+    if saved["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+def save_training_checkpoint(
+    ckpt_dir: Path, training: Training, state: TrainState, cfg: DictConfig, dist: Distributed
+) -> None:
+    """checkpoints/step_<N>.pt: everything needed to continue exactly. Every rank calls it (its
+    random state is gathered); rank 0 writes it and keeps the newest trainer.keep_checkpoints."""
+    rng_states = dist.gather(rng_state())
+    if not dist.is_main:
+        return
+    checkpoint = {
+        **weights_dict(training.model, state, cfg),
+        "optimizer": training.optimizer.state_dict(),
+        "scheduler": training.scheduler.state_dict(),
+        "rng": rng_states,
+    }
+    save_checkpoint(ckpt_dir / f"step_{state.step}.pt", checkpoint)
+    remove_old_checkpoints(ckpt_dir, cfg.trainer.keep_checkpoints)
+
+
+def resume_training(
+    path: Path, cfg: DictConfig, training: Training, dist: Distributed
+) -> TrainState:
+    """Load the weights, optimizer, schedule and random state saved at `path`; its TrainState.
+
+    Settings that the weights or the data order depend on (RESUME_KEYS) must match the
+    checkpoint's; other trainer settings may change and are logged.
+    """
+    saved = load_checkpoint(path)
+    if "optimizer" not in saved:
+        raise CheckpointError(
+            f"{path} holds model weights only (best.pt / averaged.pt): resume from the run "
+            "directory or one of its checkpoints/step_<N>.pt"
+        )
+    problems = config_mismatches(saved["config"], cfg, RESUME_KEYS)
+    if problems:
+        raise CheckpointMismatch(
+            f"cannot resume from {path}: these settings differ from the checkpoint's "
+            "(resume with the checkpoint's values, or start a new run):\n  " + "\n  ".join(problems)
+        )
+    trainer_keys = tuple(f"trainer.{key}" for key in cfg.trainer)
+    changed = config_mismatches(saved["config"], cfg, trainer_keys)
+    if changed:
+        log.info("resuming with changed settings: %s", "; ".join(changed))
+    load_weights(training.model, saved["model"], path)
+    training.optimizer.load_state_dict(saved["optimizer"])
+    training.scheduler.load_state_dict(saved["scheduler"])
+    state = TrainState(**saved["state"])
+    if len(saved["rng"]) == dist.world_size:
+        set_rng_state(saved["rng"][dist.rank])
+    else:
+        log.warning(
+            "checkpoint saved by %d processes, resuming with %d: random streams (dropout) "
+            "restart from the seed, so the run will not match an uninterrupted one exactly",
+            len(saved["rng"]),
+            dist.world_size,
+        )
+        torch.manual_seed(cfg.trainer.seed * 1000 + dist.rank + state.step)
+    log.info("resumed from %s at step %d (epoch %d)", path, state.step, state.epoch)
+    return state

@@ -1,0 +1,137 @@
+"""One optimizer step: the model, Adam with its LR schedule and the summed loss, built from a
+config in one place (training and the benchmark share it)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from minimt.config import build_model
+from minimt.data.batching import Batch
+from minimt.data.tokenizer import PAD_ID
+from minimt.model.loss import label_smoothed_cross_entropy
+from minimt.model.transformer import Transformer
+from minimt.runtime import precision_autocast, resolve_precision
+
+# Adam's update kernels: one fused kernel over all parameters, multi-tensor (foreach) ops, or a
+# Python loop over the parameters (torch's default on CPU).
+ADAM_IMPLS = {
+    "fused": {"fused": True},
+    "foreach": {"foreach": True},
+    "for_loop": {"foreach": False},
+}
+
+
+def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
+    """LR factor for update number step+1: linear warmup to 1, then sqrt(warmup / updates)."""
+    updates = step + 1
+    return min(updates / warmup_steps, math.sqrt(warmup_steps / updates))
+
+
+class SummedLoss(nn.Module):
+    """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps)."""
+
+    def __init__(self, model: Transformer, label_smoothing: float, autocast: torch.autocast):
+        super().__init__()
+        self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        """(B, S) src, (B, T) tgt_in and tgt_out -> scalar; logits only for non-pad positions."""
+        real = tgt_out != PAD_ID  # (B, T)
+        with self.autocast:
+            hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
+            logits = self.model.project(hidden[real])  # (N, V)
+        return label_smoothed_cross_entropy(logits, tgt_out[real], self.label_smoothing)
+
+
+def training_loss(
+    model: Transformer,
+    trainer: DictConfig,
+    autocast: torch.autocast,
+    wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
+) -> nn.Module:
+    """The summed label-smoothed loss of a training step, `wrap`ped (DDP), then through
+    torch.compile (shapes dynamic: batches differ in length) when `trainer.compile`."""
+    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast))
+    return torch.compile(loss_fn, dynamic=True) if trainer.compile else loss_fn
+
+
+def make_optimizer(
+    model: Transformer, trainer: DictConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam (its `trainer.adam_impl` kernel) with linear warmup then inverse-sqrt decay."""
+    optimizer = torch.optim.Adam(
+        model.parameters(),
+        lr=trainer.lr,
+        betas=tuple(trainer.betas),
+        weight_decay=trainer.weight_decay,
+        **ADAM_IMPLS[trainer.adam_impl],
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: inverse_sqrt_lr(step, trainer.warmup_steps)
+    )
+    return optimizer, scheduler
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a training step needs, built from the config by build_training."""
+
+    model: Transformer
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    loss_fn: nn.Module  # SummedLoss, wrapped (DDP) and compiled as configured
+    precision: str  # "bf16" or "fp32", resolved for the device
+    autocast: torch.autocast
+
+
+def build_training(
+    cfg: DictConfig,
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    device: torch.device,
+    wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
+) -> Training:
+    """The configured model on `device`, its optimizer, LR schedule and loss (`wrap`: DDP)."""
+    precision = resolve_precision(cfg.trainer.precision, device)
+    autocast = precision_autocast(precision, device)
+    model = build_model(cfg, src_vocab_size, tgt_vocab_size).to(device)
+    optimizer, scheduler = make_optimizer(model, cfg.trainer)
+    loss_fn = training_loss(model, cfg.trainer, autocast, wrap)
+    return Training(model, optimizer, scheduler, loss_fn, precision, autocast)
+
+
+def train_step(
+    loss_fn: nn.Module,
+    batches: list[Batch],
+    scale: float,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    clip_grad_norm: float,
+) -> tuple[Tensor, Tensor, bool]:
+    """One update from gradients accumulated over `batches`, each summed loss times `scale`.
+
+    Returns (summed loss, grad norm, whether the update was applied): a non-finite gradient
+    norm (from a non-finite loss or gradient) skips the update and the LR schedule step.
+    """
+    loss_fn.train()
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        with nullcontext() if last or not hasattr(loss_fn, "no_sync") else loss_fn.no_sync():
+            loss = loss_fn(batch.src, batch.tgt_in, batch.tgt_out)
+            (loss * scale).backward()
+        total = total + loss.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), clip_grad_norm or math.inf)
+    applied = bool(torch.isfinite(grad_norm))  # the one host sync per step
+    if applied:
+        optimizer.step()
+        scheduler.step()
+    return total, grad_norm, applied
