@@ -74,6 +74,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(multi30k_dir
             # its exact gradient is 0 (softmax ignores a shift shared by all keys): Adam scales
             # the rounding noise, which differs with the summation order, up to full-size steps
             continue
-        assert torch.allclose(tensor, two["model"][name], atol=1e-5), name
+        # Adam moves every weight by about lr (3e-3) per step, so a wrong shard or scale shows
+        # as 1e-3 differences; summation-order rounding, which Adam amplifies for entries whose
+        # gradient is near 0 (rare tokens' rows), reaches 1e-5 to 4e-5 after 8 steps
+        assert torch.allclose(tensor, two["model"][name], atol=1e-4), name
     shared = ("embedding.src_tokens.weight", "embedding.tgt_tokens.weight")
     assert torch.equal(two["model"][shared[0]], two["model"][shared[1]])
