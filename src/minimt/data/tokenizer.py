@@ -2,8 +2,7 @@
 
 Byte-level pre-tokenization maps every UTF-8 byte to a symbol of a fixed 256-symbol alphabet, so
 any string, including characters never seen in training, leading or repeated spaces and tabs,
-encodes without `<unk>` and decodes to itself. (Metaspace was tried first: it drops a leading space
-and turns every character missing from the training lines into `<unk>`, which decoding deletes.)
+encodes without `<unk>` and decodes to itself (docs/performance.md says why not Metaspace).
 """
 
 from __future__ import annotations

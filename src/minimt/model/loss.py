@@ -10,9 +10,9 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     """Sum over rows of (1 - eps) * -log p(target) + eps * mean over classes of -log p(class).
 
     Equal to F.cross_entropy(..., label_smoothing=eps, reduction="sum"). The backward turns the
-    saved log-probabilities into softmax - (1 - eps) * onehot - eps / V directly, instead of
-    running log_softmax's and nll_loss's generic backward passes: on a CPU, where these (N, V)
-    passes are memory-bound, that costs about as much as the output projection itself.
+    saved log-probabilities into softmax - (1 - eps) * onehot - eps / V directly, in one pass
+    over the memory-bound (N, V) array instead of log_softmax's and nll_loss's generic passes
+    (docs/performance.md).
     """
 
     @staticmethod

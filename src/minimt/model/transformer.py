@@ -30,8 +30,8 @@ def attention(
 
     mask is boolean and broadcasts to (B, h, T, S), True = may attend.
     """
-    # On CPU the flash kernel's backward took ~20% of a training step at these short lengths;
-    # the math path (matmul + softmax) measured 19% faster per step. GPUs choose freely.
+    # On CPU the math path trains faster than the flash kernel at these short lengths
+    # (docs/performance.md); GPUs choose freely.
     backend = sdpa_kernel(SDPBackend.MATH) if q.device.type == "cpu" else nullcontext()
     with backend:
         return F.scaled_dot_product_attention(
