@@ -6,16 +6,7 @@
     python scripts/benchmark.py benchmark.run=RUN       # decoding speed of a trained run
     python scripts/benchmark.py --compare joeynmt       # + JoeyNMT trained side by side (minutes)
 
-Measures (a) the matmul roof: FLOP/s of large bf16 and fp32 products; (b) training steps/s and
-target and source tokens/s on the real token-count batches, after warm-up, median of several
-windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real tokens only)
-and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding fraction
-of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and without
-the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
-length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of
-each fast-path setting: training tokens/s of `benchmark.variants` (one setting changed each)
-taking turns window by window with the config; (h) with `--compare NAME`, the peer toolkit
-trained by scripts/peers/NAME.sh for `benchmark.compare_minutes`. Prints a table and writes
+What it measures: the docstring of minimt.bench.benchmark. Prints a table and writes
 benchmark.json into the Hydra run directory.
 """
 

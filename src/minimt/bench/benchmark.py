@@ -1,15 +1,11 @@
 """Training and decoding speed, MFU and memory on the configured data and model: one process.
 
-    python scripts/benchmark.py                         # the default model on Multi30k, this device
-    python scripts/benchmark.py trainer.device=cuda     # the same on a GPU
-    python scripts/benchmark.py experiment=smoke        # the whole benchmark in well under a minute
-    python scripts/benchmark.py benchmark.run=RUN       # decoding speed of a trained run
-    python scripts/benchmark.py --compare joeynmt       # + JoeyNMT trained side by side (minutes)
+(scripts/benchmark.py runs it.)
 
 Measures (a) the matmul roof: FLOP/s of large bf16 and fp32 products; (b) training steps/s and
 target and source tokens/s on the real token-count batches, after warm-up, median of several
-windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real tokens only)
-and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding fraction
+windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real tokens
+only) and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding fraction
 of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and without
 the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
 length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of
