@@ -1,0 +1,51 @@
+"""The architecture: imports point one way, public names load light, hooks are optional."""
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from minimt.train.loop import train
+from tests.helpers import REPO, compose_config, tiny_run_overrides
+
+PACKAGE = REPO / "src" / "minimt"
+
+
+def minimt_imports(folder: str) -> set[str]:
+    """Every minimt module imported by the files of src/minimt/<folder>."""
+    found = set()
+    for path in (PACKAGE / folder).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minimt"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("minimt")}
+    return found
+
+
+def test_the_model_imports_only_the_model_and_training_never_the_study():
+    assert all(m.startswith("minimt.model") for m in minimt_imports("model"))
+    assert not any(m.startswith(("minimt.study", "minimt.bench")) for m in minimt_imports("train"))
+    assert not any(m.startswith(("minimt.train", "minimt.study")) for m in minimt_imports("data"))
+
+
+def test_the_embedding_loads_without_datasets_or_pyarrow():
+    code = (
+        "import sys; from minimt import Seq2SeqEmbedding; "
+        "print('datasets' in sys.modules, 'pyarrow' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.slow
+def test_a_run_without_hooks_has_no_study_outputs(multi30k_dir, tmp_path):
+    cfg = compose_config(
+        *tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=10")
+    )
+    metrics = train(cfg, tmp_path / "run")
+    on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert on_disk["steps"] == metrics["steps"] == 10 and "long_inputs" not in on_disk
+    assert not (tmp_path / "run" / "projector_config.pbtxt").exists()
