@@ -1,27 +1,32 @@
-"""Compare the embedding configurations of a sweep: a table, significance, length behaviour.
+"""Compare the configurations of a study: verdicts, length buckets, plots.
 
     python scripts/report.py sweep=multirun/2026-11-21/10-00-00
-    python scripts/report.py sweep=DIR test_set=test_2017_flickr bootstrap=2000
+    python scripts/report.py sweep=docs/study/runs              # writes docs/study/report.md
+    python scripts/report.py sweep=DIR test_set=test_2017_flickr bootstrap=2000 out=DIR
 
-Reads every run under `sweep` (metrics.json with its "config", hyps.<test_set>.txt, TensorBoard
-events), prints the table and writes report.md, report.csv, val_bleu.png, test_bleu.png and
-bleu_by_length.png into `sweep`. Runs without metrics.json are listed as skipped.
+Reads every run under `sweep` (metrics.json with its "config", hyps.<test set>.txt), prints the
+configuration table and writes report.md, report.csv and PNG plots into `out`: by default the
+sweep directory, or for collected runs (scripts/collect_runs.py) the directory above them.
+`test_set` (default: the runs' first) is the headline test set; `bootstrap=0` skips sacreBLEU's
+paired bootstrap. Runs without metrics.json are listed as skipped.
 """
 
+import logging
 import sys
 
 from minimt.cli import parse_args, setup_logging
 from minimt.study.report import ReportError, build_report, configuration_table, write_report
 
-DEFAULTS = {"sweep": "???", "test_set": "test_2016_flickr", "bootstrap": 1000}
+DEFAULTS = {"sweep": "???", "test_set": None, "bootstrap": 1000, "out": None}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # three lines per bootstrap
     try:
-        report = build_report(args.sweep, args.test_set, args.bootstrap)
+        report = build_report(args.sweep, args.test_set, args.bootstrap, args.out)
     except ReportError as error:
         sys.exit(f"error: {error}")
     paths = write_report(report)

@@ -2,6 +2,9 @@
 
 `python scripts/train.py resume=RUN_DIR` continues an interrupted run in its own directory;
 `torchrun --nproc_per_node=N scripts/train.py ...` trains data-parallel.
+A run directory that already holds a run (a sweep run again, or `hydra.run.dir=DIR`) is not
+started over: a finished run (metrics.json) is skipped, an interrupted one (step checkpoints)
+resumed.
 """
 
 import logging
@@ -9,11 +12,13 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from minimt.checkpoint import CheckpointError
 from minimt.config import ConfigError, register_resolvers
 from minimt.data.corpus import DataError
+from minimt.rundir import finished_run, interrupted_run
 from minimt.runtime import reexec_with_mimalloc
 from minimt.study.hook import study_hooks
 from minimt.train.loop import Interrupted, TrainingDiverged, train
@@ -24,7 +29,10 @@ register_resolvers()
 
 
 def resume_command(run_dir: str) -> str:
-    """This run's command line with resume=RUN_DIR in place of any resume / run-dir override."""
+    """This run's command line with resume=RUN_DIR in place of any resume / run-dir override;
+    for a sweep job: run the sweep's command again."""
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return "run the same sweep command again: it resumes this run and skips finished ones"
     kept = [
         o
         for o in HydraConfig.get().overrides.task
@@ -38,6 +46,13 @@ def main(cfg: DictConfig) -> float | None:
     """Train one run in Hydra's output directory; return best val BLEU for sweepers."""
     run_dir = HydraConfig.get().runtime.output_dir
     try:
+        if cfg.resume is None:
+            finished = finished_run(run_dir, cfg)
+            if finished is not None:
+                log.info("skipped: %s already finished (metrics.json)", run_dir)
+                return finished["best_val_bleu"]
+            if interrupted_run(run_dir):
+                cfg.resume = run_dir
         metrics = train(cfg, run_dir, study_hooks(cfg))
     except Interrupted as stopped:
         log.warning("%s:\n  %s", stopped, resume_command(run_dir))

@@ -8,6 +8,7 @@ from minimt.model.search import Hypothesis, beam_search, greedy_decode, length_p
 from minimt.model.transformer import Transformer
 from tests.test_decoding import (
     BOS,
+    ENCODINGS,
     EOS,
     PAD,
     REVERSAL_SOURCES,
@@ -22,10 +23,8 @@ from tests.test_decoding import (
 SPECIALS = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
 
-def random_model(seed: int = 0, pos_encoding: str = "sinusoidal", **overrides) -> Transformer:
-    return make_model(
-        n_layers=2, seed=seed, pos_encoding=pos_encoding, share_embeddings=False, **overrides
-    )
+def random_model(seed: int = 0, **overrides) -> Transformer:
+    return make_model(n_layers=2, seed=seed, share_embeddings=False, **overrides)
 
 
 def script_bigram(model: Transformer, monkeypatch, transitions: dict[int, dict[int, float]]):
@@ -60,9 +59,9 @@ def teacher_forced_log_prob(model: Transformer, src: list[int], tgt: list[int]) 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
-def test_beam_one_is_greedy(seed, pos_encoding, length_penalty):
-    model = random_model(seed, pos_encoding)
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_beam_one_is_greedy(seed, encoding, length_penalty):
+    model = random_model(seed, **encoding)
     src = pad_batch(SOURCES)
     nbest = beam_search(model, src, beam=1, length_penalty=length_penalty, **SPECIALS)
     assert [hyps[0].tokens for hyps in nbest] == greedy_decode(model, src, **SPECIALS)

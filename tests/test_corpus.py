@@ -190,6 +190,23 @@ def test_fingerprint_follows_the_bytes_and_the_limit(tmp_path):
     assert parallel_files(tmp_path / "a", tmp_path / "a", limit=1).fingerprint != fingerprint
 
 
+def test_files_without_some_lines_stream_and_fingerprint_the_rest(tmp_path):
+    src, tgt = tmp_path / "a.de", tmp_path / "a.en"
+    src.write_text("eins\nzwei\ndrei\nvier\n", encoding="utf-8")
+    tgt.write_text("one\ntwo\nthree\nfour\n", encoding="utf-8")
+    corpus = parallel_files(src, tgt, limit=3)
+    fewer = corpus.without([1]).without([1])
+    assert fewer.num_pairs == 2 and fewer.skip == (1,)
+    assert list(fewer.src_lines()) == ["eins", "drei"] and list(fewer.tgt_lines()) == [
+        "one",
+        "three",
+    ]
+    assert fewer.fingerprint != corpus.fingerprint == corpus.without([]).fingerprint
+    assert corpus.without([0]).fingerprint != corpus.without([2]).fingerprint
+    with pytest.raises(ValueError, match="must lie in 0..2"):
+        corpus.without([3])  # past the limit
+
+
 @READERS
 def test_line_count_mismatch_names_both_files_and_counts(tmp_path, read):
     src, tgt = tmp_path / "train.de", tmp_path / "train.en"

@@ -3,6 +3,7 @@ import random
 import threading
 
 import datasets
+import numpy as np
 import pytest
 import torch
 
@@ -106,6 +107,12 @@ def test_filter_drops_empty_and_long_pairs_and_logs_counts(caplog):
     assert kept["src_ids"] == [[1, 2]]
     assert "kept 1 of 4" in caplog.text and "1 with an empty side" in caplog.text
     assert "2 longer than 8" in caplog.text
+
+
+def test_filter_keeps_only_the_given_rows_in_their_order():
+    pairs = id_pairs([[1], [], [3], [4], [5] * 9], [[6], [7], [8], [9], [10]])
+    kept = filter_training_pairs(pairs, max_len=8, rows=np.array([0, 1, 3, 4]))
+    assert kept["src_ids"] == [[1], [4]]
 
 
 @pytest.mark.parametrize("max_len", [1, 2])

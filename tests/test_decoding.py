@@ -144,10 +144,20 @@ def test_overfit_model_reproduces_reversed_sources(use_cache):
     assert hyps == [list(reversed(s)) for s in REVERSAL_SOURCES]
 
 
+# Every positional encoding, and one side's differing from the other's.
+ENCODINGS = [
+    *(dict(pos_encoding=name) for name in ["sinusoidal", "learned", "none", "rope", "alibi"]),
+    dict(src_pos_encoding="none"),
+    dict(tgt_pos_encoding="none"),
+    dict(src_pos_encoding="rope", tgt_pos_encoding="alibi"),
+    dict(src_pos_encoding="alibi", tgt_pos_encoding="learned"),
+]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
-def test_cached_greedy_equals_full_recomputation(seed, pos_encoding):
-    model = make_model(n_layers=2, seed=seed, pos_encoding=pos_encoding, share_embeddings=False)
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_cached_greedy_equals_full_recomputation(seed, encoding):
+    model = make_model(n_layers=2, seed=seed, share_embeddings=False, **encoding)
     src = pad_batch(SOURCES)
     cached = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     full = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD, use_cache=False)

@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from minimt.model.embedding import (
+    AlibiBias,
     RotaryPositions,
     Seq2SeqEmbedding,
+    alibi_slopes,
     rotary_tables,
     sinusoidal_table,
 )
@@ -122,7 +124,7 @@ def test_sinusoidal_checkpoint_loads_with_another_max_seq_len():
     assert long.encode_source(random_ids(30, (1, 40))).shape == (1, 40, 16)
 
 
-@pytest.mark.parametrize("pos_encoding", ["none", "rope"])
+@pytest.mark.parametrize("pos_encoding", ["none", "rope", "alibi"])
 def test_no_table_added_output_is_the_scaled_lookup(pos_encoding):
     embedding = make_embedding(pos_encoding=pos_encoding)
     ids = random_ids(30, (3, 9))
@@ -135,7 +137,7 @@ def test_no_table_added_output_is_the_scaled_lookup(pos_encoding):
     assert sum(p.numel() for p in embedding.parameters()) == 30 * 16 + 40 * 16
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope", "alibi"])
 def test_too_long_sequence_is_a_readable_error(pos_encoding):
     embedding = make_embedding(max_seq_len=10, pos_encoding=pos_encoding)
     with pytest.raises(ValueError, match=r"13 positions.*max_seq_len=10"):
@@ -145,7 +147,7 @@ def test_too_long_sequence_is_a_readable_error(pos_encoding):
     assert embedding.encode_target(random_ids(40, (1, 4)), offset=6).shape == (1, 4, 16)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope", "alibi"])
 def test_offset_embeds_a_token_at_its_true_position(pos_encoding):
     embedding = make_embedding(pos_encoding=pos_encoding)
     ids = random_ids(40, (2, 7))
@@ -248,3 +250,122 @@ def test_rotary_needs_an_even_head_size_and_stores_nothing():
         RotaryPositions(16, 5)
     rotary = RotaryPositions(16, 8)
     assert list(rotary.parameters()) == [] and rotary.state_dict() == {}
+
+
+# Press et al. (2021), section 3: for 8 heads the slopes are 1/2, 1/4, ..., 1/256; for 4 heads
+# 1/4, 1/16, 1/64, 1/256; for 6 heads (not a power of 2) the 4-head slopes, then every other
+# 8-head slope: 1/2, 1/8.
+@pytest.mark.parametrize(
+    ("n_heads", "exponents"),
+    [
+        (8, [1, 2, 3, 4, 5, 6, 7, 8]),
+        (4, [2, 4, 6, 8]),
+        (6, [2, 4, 6, 8, 1, 3]),
+        (1, [8]),
+    ],
+)
+def test_alibi_slopes_are_the_paper_s(n_heads, exponents):
+    slopes = alibi_slopes(n_heads)
+    assert slopes.dtype == torch.float32
+    assert slopes.tolist() == [2.0**-e for e in exponents]
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    alibi = AlibiBias(4)
+    slopes = alibi_slopes(4).tolist()
+    symmetric = alibi(5, 7)
+    causal = alibi(5, 5, causal=True)
+    assert symmetric.shape == (4, 5, 7) and causal.shape == (4, 5, 5)
+    assert symmetric.dtype == causal.dtype == torch.float32
+    for h in range(4):
+        for i in range(5):
+            for j in range(7):
+                assert symmetric[h, i, j].item() == -slopes[h] * abs(i - j), (h, i, j)
+                if j < 5:
+                    expected = -slopes[h] * (i - j) if j <= i else -math.inf
+                    assert causal[h, i, j].item() == expected, (h, i, j)
+
+
+def test_alibi_bias_of_one_query_at_an_offset_is_that_row_of_the_full_bias():
+    alibi = AlibiBias(6)
+    full = alibi(9, 9, causal=True)  # (h, 9, 9)
+    for position in range(9):
+        row = alibi(1, position + 1, offset=position, causal=True)  # (h, 1, position + 1)
+        assert torch.equal(row[:, 0], full[:, position, : position + 1])
+
+
+def test_alibi_bias_is_exact_at_long_distances_and_in_any_model_dtype():
+    alibi = AlibiBias(8).to(torch.bfloat16)  # a bf16 model: the slopes (powers of 2) stay exact
+    bias = alibi(1, 1001, offset=1000)  # distances up to 1000, not integers in bf16
+    assert bias.dtype == torch.float32
+    assert bias[0, 0, 1].item() == -0.5 * 999
+    assert bias[7, 0, 0].item() == -1000 / 256
+
+
+def test_alibi_has_nothing_in_the_state_dict():
+    assert AlibiBias(4).state_dict() == {}
+
+
+def test_each_side_gets_its_own_encoding():
+    embedding = make_embedding(src_pos_encoding="learned", tgt_pos_encoding="sinusoidal")
+    ids = random_ids(30, (2, 6))
+    scaled = embedding.src_tokens.weight[ids] * 4.0
+    learned = embedding.positions["src"].table.weight[:6]
+    assert torch.equal(embedding.encode_source(ids), scaled + learned)
+    tgt = random_ids(40, (2, 6))
+    assert torch.equal(
+        embedding.encode_target(tgt),
+        embedding.tgt_tokens.weight[tgt] * 4.0 + sinusoidal_table(32, 16)[:6],
+    )
+    assert set(embedding.state_dict()) == {
+        "src_tokens.weight",
+        "tgt_tokens.weight",
+        "positions.src.table.weight",
+    }
+
+
+def test_target_side_without_positions_ignores_the_offset():
+    embedding = make_embedding(tgt_pos_encoding="none")  # source sinusoidal
+    tgt = random_ids(40, (2, 5))
+    lookup = embedding.tgt_tokens.weight[tgt] * 4.0
+    for offset in (0, 1, 7, 27):
+        assert torch.equal(embedding.encode_target(tgt, offset=offset), lookup)
+    src = random_ids(30, (2, 5))
+    assert not torch.allclose(embedding.encode_source(src), embedding.encode_source(src, offset=3))
+
+
+def test_one_encoding_keeps_one_module_and_today_s_state_dict_keys():
+    embedding = make_embedding(pos_encoding="learned", src_pos_encoding="learned")
+    assert embedding.src_positions is embedding.tgt_positions is embedding.positions
+    assert set(embedding.state_dict()) == {
+        "src_tokens.weight",
+        "tgt_tokens.weight",
+        "positions.table.weight",
+    }
+    ids = random_ids(30, (1, 4))
+    source_positions = embedding.encode_source(ids) - embedding.src_tokens.weight[ids] * 4.0
+    target_positions = embedding.encode_target(ids) - embedding.tgt_tokens.weight[ids] * 4.0
+    assert torch.allclose(source_positions, target_positions, atol=1e-6)  # one shared table
+
+
+def test_unknown_side_encoding_names_the_argument():
+    with pytest.raises(ValueError, match=r"tgt_pos_encoding must be one of .*'rotary'"):
+        make_embedding(tgt_pos_encoding="rotary")
+
+
+@pytest.mark.parametrize(("init_std", "expected"), [(None, 64**-0.5), (1.0, 1.0), (0.3, 0.3)])
+def test_init_std_sets_the_token_tables_std(init_std, expected):
+    embedding = make_embedding(
+        src_vocab_size=500, tgt_vocab_size=400, d_model=64, init_std=init_std
+    )
+    for table in (embedding.src_tokens.weight, embedding.tgt_tokens.weight):
+        rows = table[1:]  # the padding row is zero
+        # std of ~25,000 normal draws: relative standard error below 0.5%
+        assert rows.std().item() == pytest.approx(expected, rel=0.03)
+        assert abs(rows.mean().item()) < 0.03 * expected
+        assert torch.equal(table[0], torch.zeros(64))
+
+
+def test_init_std_must_be_positive():
+    with pytest.raises(ValueError, match="init_std must be positive"):
+        make_embedding(init_std=0.0)

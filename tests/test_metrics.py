@@ -44,3 +44,21 @@ def test_case_matters():
 def test_misaligned_lists_are_an_error():
     with pytest.raises(ValueError, match="3 hypotheses but 4 references"):
         corpus_scores(HYPS[:3], REFS)
+
+
+def test_length_ratio_is_hypothesis_words_over_reference_words():
+    # no punctuation: sacreBLEU's 13a tokens are the whitespace words
+    scores = corpus_scores(["a b c", "d e f g h i"], ["a b c d e", "d e f g h"])
+    assert scores.length_ratio == pytest.approx((3 + 6) / (5 + 5))
+    assert corpus_scores(REFS, REFS).length_ratio == 1.0
+
+
+def test_early_stop_share_counts_hypotheses_under_four_fifths_of_their_reference():
+    refs = ["a b c d e", "a b c d e", "a b c d e f g h i j", "a b", "a b c d e f g h i j k l m n o"]
+    hyps = ["a b c d", "a b c", "a b c d e f g", "a", "a b c d e f g h i j k l"]
+    # 4/5 = 0.8 (not early), 3/5, 7/10, 1/2 (early), 12/15 = 0.8 exactly (not early)
+    scores = corpus_scores(hyps, refs)
+    assert scores.early_stop_share == pytest.approx(3 / 5)
+    assert scores.as_dict()["early_stop_share"] == scores.early_stop_share
+    assert scores.as_dict()["length_ratio"] == scores.length_ratio
+    assert corpus_scores(REFS, REFS).early_stop_share == 0.0

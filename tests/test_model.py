@@ -1,8 +1,17 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.model.transformer import Transformer, attention, padding_mask
+from minimt.model.embedding import AlibiBias, alibi_slopes
+from minimt.model.transformer import (
+    DecoderLayer,
+    EncoderLayer,
+    Transformer,
+    attention,
+    padding_mask,
+)
 from tests.helpers import causal_mask, tiny_transformer
 
 PAD = 0
@@ -46,7 +55,14 @@ CONFIGS = [
     dict(pos_encoding="learned"),
     dict(pos_encoding="none"),
     dict(pos_encoding="rope"),
+    dict(pos_encoding="alibi"),
+    dict(pos_encoding="alibi", norm_first=False),
+    dict(src_pos_encoding="none"),
+    dict(tgt_pos_encoding="none"),
+    dict(src_pos_encoding="rope", tgt_pos_encoding="alibi"),
+    dict(src_pos_encoding="alibi", tgt_pos_encoding="learned"),
     dict(scale_embedding=False, share_embeddings=False),
+    dict(share_embeddings=False, tie_output=False, init_std=1.0),
 ]
 
 
@@ -108,7 +124,7 @@ def test_tying_survives_to():
     assert model(src, tgt_in).dtype == torch.float64
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "none"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "none", "alibi"])
 @pytest.mark.parametrize("assign", [False, True])
 def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign, pos_encoding):
     model = make_model(pos_encoding=pos_encoding)
@@ -125,7 +141,7 @@ def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign, po
         assert torch.equal(loss_of(fresh, *batch), loss_before)
 
 
-@pytest.mark.parametrize("pos_encoding", ["rope", "none"])
+@pytest.mark.parametrize("pos_encoding", ["rope", "none", "alibi"])
 def test_no_positional_entries_in_state_dict_or_parameters(pos_encoding):
     model = make_model(pos_encoding=pos_encoding)
     sinusoidal = make_model()
@@ -172,10 +188,75 @@ def test_encoder_without_positions_is_permutation_equivariant():
     assert torch.allclose(permuted_before, permuted_after, atol=1e-5)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "rope"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "rope", "alibi"])
 def test_encoder_with_positions_is_not_permutation_equivariant(pos_encoding):
     permuted_after, permuted_before = permuted_encoding(make_model(pos_encoding=pos_encoding))
     assert not torch.allclose(permuted_before, permuted_after, atol=1e-3)
+
+
+def test_positions_on_the_decoder_only_leave_the_encoder_permutation_equivariant():
+    permuted_after, permuted_before = permuted_encoding(make_model(src_pos_encoding="none"))
+    assert torch.allclose(permuted_before, permuted_after, atol=1e-5)
+    permuted_after, permuted_before = permuted_encoding(make_model(tgt_pos_encoding="none"))
+    assert not torch.allclose(permuted_before, permuted_after, atol=1e-3)
+
+
+@pytest.mark.parametrize(("pos_encoding", "equivariant"), [("alibi", True), ("sinusoidal", False)])
+def test_alibi_encoder_sees_only_distances(pos_encoding, equivariant):
+    """|i - j| is unchanged when the sentence is reversed: so are ALiBi's encoder outputs."""
+    model = make_model(pos_encoding=pos_encoding)
+    src = random_ids((2, 9))
+    reversed_after, reversed_before = model.encode(src).flip(1), model.encode(src.flip(1))
+    assert torch.allclose(reversed_before, reversed_after, atol=1e-5) == equivariant
+
+
+def captured_masks(model: Transformer, src, tgt_in) -> tuple[list, list]:
+    """The attention mask each encoder layer and the self-attention mask each decoder layer got."""
+    encoder, decoder = [], []
+    for layer in model.modules():
+        if isinstance(layer, EncoderLayer):
+            layer.register_forward_pre_hook(lambda m, args: encoder.append(args[1]))
+        if isinstance(layer, DecoderLayer):
+            layer.register_forward_pre_hook(lambda m, args: decoder.append(args[3]))
+    model(src, tgt_in)
+    return encoder, decoder
+
+
+def test_alibi_masks_are_the_closed_form_plus_padding_and_built_once():
+    model = make_model(pos_encoding="alibi")
+    src, tgt_in, _ = padded_batch()  # src (2, 7), sentence 2 padded after 4 tokens
+    encoder, decoder = captured_masks(model, src, tgt_in)
+    slopes = alibi_slopes(2).tolist()  # 2 heads: 1/16, 1/256
+    assert all(mask is encoder[0] for mask in encoder)  # one mask shared by the layers
+    assert all(mask is decoder[0] for mask in decoder)
+    mask, self_mask = encoder[0], decoder[0]
+    assert mask.shape == (2, 2, 7, 7) and self_mask.shape == (2, 6, 6)
+    for h in range(2):
+        for i in range(7):
+            for j in range(7):
+                padded = j >= 4
+                assert mask[0, h, i, j].item() == -slopes[h] * abs(i - j)
+                expected = -math.inf if padded else -slopes[h] * abs(i - j)
+                assert mask[1, h, i, j].item() == expected
+                if i < 6 and j < 6:
+                    expected = -slopes[h] * (i - j) if j <= i else -math.inf
+                    assert self_mask[h, i, j].item() == expected
+
+
+def test_no_alibi_no_float_masks():
+    encoder, decoder = captured_masks(make_model(), *padded_batch()[:2])
+    assert encoder[0].dtype == torch.bool and decoder[0] is None  # padding mask; is_causal
+
+
+def test_alibi_biases_self_attention_only_with_one_shared_module():
+    model = make_model(pos_encoding="alibi")
+    assert isinstance(model.encoder_alibi, AlibiBias) and model.encoder_alibi is model.decoder_alibi
+    assert all(layer.self_attn.rotary is None for layer in model.encoder_layers)
+    one_side = make_model(src_pos_encoding="alibi", tgt_pos_encoding="rope")
+    assert isinstance(one_side.encoder_alibi, AlibiBias) and one_side.decoder_alibi is None
+    assert all(layer.self_attn.rotary is None for layer in one_side.encoder_layers)
+    assert all(layer.self_attn.rotary is not None for layer in one_side.decoder_layers)
+    assert make_model().encoder_alibi is None and make_model().decoder_alibi is None
 
 
 def test_optimizer_step_keeps_tables_tied():
@@ -281,8 +362,9 @@ def test_dropout_makes_train_mode_stochastic():
     assert torch.equal(model(src, tgt_in), model(src, tgt_in))
 
 
-def test_bf16_autocast_forward_on_padded_batch_is_finite():
-    model = make_model()
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "alibi"])
+def test_bf16_autocast_forward_on_padded_batch_is_finite(pos_encoding):
+    model = make_model(pos_encoding=pos_encoding)
     src, tgt_in, _ = padded_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(src, tgt_in)
@@ -335,7 +417,7 @@ def test_cache_holds_cross_attention_keys_values_computed_once():
         assert layer_cache.self_k.shape == layer_cache.self_v.shape == (2, 2, 6, 8)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi"])
 def test_reordered_cache_continues_the_gathered_rows(pos_encoding):
     model = make_model(pos_encoding=pos_encoding)
     src, tgt_in, _ = padded_batch()
@@ -349,7 +431,7 @@ def test_reordered_cache_continues_the_gathered_rows(pos_encoding):
     assert torch.allclose(hidden, full, atol=1e-5)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope"])
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi"])
 def test_decode_step_under_bf16_autocast_is_finite_and_close(pos_encoding):
     model = make_model(pos_encoding=pos_encoding)
     src, tgt_in, _ = padded_batch()
@@ -368,3 +450,77 @@ def test_decode_step_past_max_seq_len_is_a_clear_error():
         model.decode_step(torch.tensor([[5]]), cache)
     with pytest.raises(ValueError, match="max_seq_len=4"):
         model.decode_step(torch.tensor([[5]]), cache)
+
+
+def body_parameters(d: int, d_ff: int, n_encoder: int, n_decoder: int) -> int:
+    """Parameters besides token tables and output matrix: attention, FFN, pre-LN norms."""
+    attn, ffn, norm = 4 * (d * d + d), d * d_ff + d_ff + d_ff * d + d, 2 * d
+    encoder_layer = attn + ffn + 2 * norm
+    decoder_layer = 2 * attn + ffn + 3 * norm
+    return n_encoder * encoder_layer + n_decoder * decoder_layer + 2 * norm
+
+
+# embedding.share level -> Transformer arguments (config.SHARE_LEVELS) and the number of
+# (VOCAB, d_model) matrices the model holds.
+TYING_LEVELS = {
+    "none": (dict(share_embeddings=False, tie_output=False), 3),
+    "decoder": (dict(share_embeddings=False, tie_output=True), 2),
+    "all": (dict(share_embeddings=True, tie_output=True), 1),
+}
+
+
+@pytest.mark.parametrize("level", TYING_LEVELS)
+def test_tying_levels_have_closed_form_parameter_counts(level):
+    arguments, matrices = TYING_LEVELS[level]
+    model = make_model(**arguments)
+    assert model.num_parameters() == body_parameters(16, 32, 2, 2) + matrices * VOCAB * 16
+    unique = {p.data_ptr() for p in model.parameters()}
+    assert len(unique) == len(list(model.parameters()))
+
+
+def test_tying_levels_are_parameter_identities():
+    embedding_of = {level: make_model(**TYING_LEVELS[level][0]) for level in TYING_LEVELS}
+    none, decoder, all_ = embedding_of["none"], embedding_of["decoder"], embedding_of["all"]
+    assert_tied(all_)
+    assert all_.output_matrix is all_.embedding.src_tokens.weight
+    assert decoder.output_matrix is decoder.embedding.tgt_tokens.weight
+    assert decoder.embedding.src_tokens.weight is not decoder.embedding.tgt_tokens.weight
+    assert none.output_matrix is none.output_weight
+    matrices = [
+        none.embedding.src_tokens.weight,
+        none.embedding.tgt_tokens.weight,
+        none.output_weight,
+    ]
+    assert len({id(m) for m in matrices}) == 3
+    assert "output_weight" in none.state_dict() and "output_weight" not in all_.state_dict()
+
+
+def test_untied_output_matrix_is_the_projection_with_fairseq_s_init():
+    torch.manual_seed(0)
+    model = Transformer(
+        2000,
+        2000,
+        d_model=64,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=8,
+        max_seq_len=8,
+        tie_output=False,
+    )
+    assert model.output_weight.shape == (2000, 64)
+    assert model.output_weight.std().item() == pytest.approx(64**-0.5, rel=0.03)
+    hidden = torch.randn(2, 3, 64)
+    assert torch.equal(model.project(hidden), hidden @ model.output_weight.T)
+
+
+def test_untied_output_matrix_survives_save_and_reload(tmp_path):
+    model = make_model(share_embeddings=False, tie_output=False)
+    batch = padded_batch()
+    with torch.no_grad():
+        loss_before = loss_of(model, *batch)
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    fresh = make_model(seed=5, share_embeddings=False, tie_output=False)
+    fresh.load_state_dict(torch.load(tmp_path / "model.pt"))
+    with torch.no_grad():
+        assert torch.equal(loss_of(fresh, *batch), loss_before)

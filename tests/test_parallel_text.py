@@ -43,6 +43,7 @@ def toy_run(tmp_path_factory):
         "tokenizer.vocab_size=400",
         "trainer.max_steps=40",
         "trainer.val_every=20",
+        "decoding.long_inputs=[1,2]",  # off by default: kept working as an option
         f"hydra.run.dir={root / 'run'}",
     )
     assert done.returncode == 0, done.stderr[-3000:]

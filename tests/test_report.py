@@ -1,4 +1,5 @@
-"""The sweep report on tiny fabricated run directories: statistics, p-values, files, errors."""
+"""The study report on fabricated run directories: rows, verdicts, Holm over every comparison,
+length buckets, files that regenerate byte for byte, collected runs."""
 
 import csv
 import json
@@ -6,163 +7,320 @@ import random
 import statistics
 
 import pytest
-from torch.utils.tensorboard import SummaryWriter
 
-from minimt.study.report import ReportError, build_report, write_report
-from minimt.study.runs import BASELINE, Configuration, Run
+import minimt.study.compare
+from minimt.study.report import (
+    ConfigResult,
+    ReportError,
+    build_report,
+    untrained_rows,
+    write_report,
+)
+from minimt.study.runs import Run, collect_runs
+from minimt.study.significance import holm
 from scripts.report import main
 
 WORDS = "a dog man woman child runs sits on the in green red field street ball water".split()
-LEARNED = Configuration("learned", scale=True, share=True)
-# Test BLEU and chrF written into each fabricated metrics.json, by configuration and seed.
-TEST_BLEU = {BASELINE: {1: 30.0, 2: 32.0}, LEARNED: {1: 20.0, 2: 26.0}}
-TEST_CHRF = {BASELINE: {1: 50.0, 2: 54.0}, LEARNED: {1: 40.0, 2: 41.0}}
+LONG_SETS = ("long_16-20", "long_21-25")
+# Test BLEU written into each fabricated metrics.json: slug -> seed -> BLEU (on every test set).
+TEST_BLEU = {
+    "full-sinusoidal": {1: 30.0, 2: 32.0, 3: 31.0},
+    "full-learned": {1: 20.0, 2: 22.5, 3: 20.5},  # 10 +- 0.5 below: worse
+    "full-rope": {1: 30.1, 2: 31.9, 3: 31.0},  # 0 +- 0.1: equivalent
+    "full-sinusoidal-share_none": {1: 35.0},  # one seed: inconclusive
+    "length15-sinusoidal": {1: 25.0, 2: 27.0},
+    "length15-learned": {1: 24.0, 2: 27.5},
+    "control15-sinusoidal": {1: 26.0, 2: 26.5},
+}
+TEST_CHRF = {1: 50.0, 2: 54.0, 3: 52.0}
 
 
-def write_corpus(root):
+def sentences(n: int, seed: int, words: tuple[int, int]) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(WORDS, k=rng.randint(*words))) for _ in range(n)]
+
+
+def write_corpus(root) -> dict:
     """A parallel_text data config over fabricated files: 40 test pairs of 3 to 30 words."""
-    rng = random.Random(0)
     files = {}
-    for split, n in (("train", 20), ("val", 10), ("test", 40)):
-        lines = [" ".join(rng.choices(WORDS, k=rng.randint(3, 30))) for _ in range(n)]
+    for i, (split, n) in enumerate((("train", 20), ("val", 10), ("test", 40))):
+        lines = sentences(n, i, (3, 30))
         for side in ("src", "tgt"):
             path = root / f"{split}.{side}"
             path.write_text("".join(line + "\n" for line in lines))
             files.setdefault(split, {})[side] = str(path)
+    return {"name": "parallel_text", "dir": str(root / "cache"), **files, "max_train_len": 100}
+
+
+LONG_PAIRS = {
+    name: (sentences(12, 10 + i, (16, 25)),) * 2 for i, name in enumerate(LONG_SETS)
+}  # (sources, references): the same lines, as references are all the report reads of them
+
+
+@pytest.fixture(autouse=True)
+def long_references(monkeypatch):
+    """The long_* test sets' references, fabricated (the others are read from the data files)."""
+    read = minimt.study.compare.read_test_pairs
+
+    def fake(data, name):
+        return LONG_PAIRS[name] if name in LONG_PAIRS else read(data, name)
+
+    monkeypatch.setattr(minimt.study.compare, "read_test_pairs", fake)
+
+
+def saved_config(slug: str, seed: int, data: dict) -> dict:
+    """The resolved config of a run of configuration `slug` (regime-pe[-share_none])."""
+    regime, pe, *share = slug.split("-")
+    words = {
+        "full": {},
+        "length15": {"train_max_words": 15, "long_tests_over": 15},
+        "control15": {"long_tests_over": 15, "train_subsample": 900},
+    }[regime]
     return {
-        "name": "parallel_text",
-        "dir": str(root / "cache"),
-        **files,
-        "max_train_len": 100,
-        "max_train_pairs": None,
-        "max_val_pairs": None,
+        "pe": {"name": pe, "encoder": pe, "decoder": pe},
+        "embedding": {"scale": True, "share": "none" if share else "all", "init_std": None},
+        "data": {
+            **data,
+            "max_train_pairs": None,
+            "train_max_words": None,
+            "long_tests_over": None,
+            "train_subsample": None,
+            **words,
+        },
+        "tokenizer": {"vocab_size": 1000, "joint": True},
+        "model": {
+            "d_model": 64,
+            "n_heads": 2,
+            "n_encoder_layers": 2,
+            "n_decoder_layers": 2,
+            "d_ff": 128,
+            "dropout": 0.1,
+            "max_seq_len": 128,
+        },
+        "trainer": {
+            "seed": seed,
+            "batch_tokens": 1024,
+            "accumulate": 1,
+            "lr": 3e-3,
+            "warmup_steps": 50,
+            "val_every": 100,
+            "max_steps": 5000,
+            "max_minutes": 10.0,
+            "patience": 3,
+            "min_delta": 0.0,
+        },
     }
 
 
-def write_run(run_dir, data, configuration, seed, hyps, events=True):
-    """A finished run as the training side leaves it (metrics.json with "config", hyps, events)."""
+def write_run(run_dir, slug: str, seed: int, data: dict, hyps: dict[str, list[str]]) -> None:
+    """A finished run as the training side leaves it (metrics.json with "config", hyps)."""
     run_dir.mkdir(parents=True)
     (run_dir / ".hydra").mkdir()
     val_history = [{"step": s, "loss": 5.0 - s / 100, "bleu": s / 10 + seed} for s in (100, 200)]
-    config = {
-        "pe": {"name": configuration.pe},
-        "embedding": {"scale": configuration.scale, "share": configuration.share},
-        "trainer": {"seed": seed},
-        "data": data,
-    }
+    bleu = TEST_BLEU[slug][seed]
+    scores = {"bleu": bleu, "chrf": TEST_CHRF[seed], "beam": 5, "signature": "nrefs:1|tok:13a"}
     metrics = {
-        "config": config,
+        "config": saved_config(slug, seed, data),
         "steps": 200 + seed,
+        "best_step": 200,
+        "stop_reason": "trainer.patience reached (3 validations without a gain)",
         "train_seconds": 60.0 * seed,
-        "num_parameters": 1234,
+        "num_parameters": 2000 if "share_none" in slug else 1234,
         "best_val_bleu": val_history[-1]["bleu"],
         "val_history": val_history,
+        "data": {"train_pairs": 900, "train_max_src_tokens": 30, "train_max_tgt_tokens": 33},
         "test": {
-            "test": {
-                "bleu": TEST_BLEU[configuration][seed],
-                "chrf": TEST_CHRF[configuration][seed],
-                "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                "beam": 5,
-            }
-        },
-        "long_inputs": {
-            "test": {
-                str(k): {"bleu": 30.0 - k, "chrf": 50.0, "mean_src_words": 16.0 * k} for k in (1, 2)
-            }
+            name: {**scores, "length_ratio": 0.9, "early_stop_share": 0.25}
+            for name in ("test", *(LONG_SETS if "full" not in slug else ()))
         },
     }
+    if slug == "full-sinusoidal":
+        metrics["long_inputs"] = {
+            "test": {str(k): {"bleu": 30.0 - k, "mean_src_words": 16.0 * k} for k in (1, 2)}
+        }
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
-    (run_dir / "hyps.test.txt").write_text("".join(h + "\n" for h in hyps))
-    if events:
-        with SummaryWriter(run_dir) as writer:
-            for h in val_history:
-                writer.add_scalar("val/bleu", h["bleu"], h["step"])
+    for name in metrics["test"]:
+        (run_dir / f"hyps.{name}.txt").write_text("".join(h + "\n" for h in hyps[name]))
+
+
+def degraded(refs: list[str], worse: bool) -> list[str]:
+    """Hypotheses one word short, or (worse) every other word."""
+    return [" ".join(r.split()[::2] if worse else r.split()[:-1]) for r in refs]
 
 
 @pytest.fixture
 def sweep(tmp_path):
-    """Baseline and learned PE, seeds 1 and 2 each, plus one run that never finished."""
+    """Seven configurations in three data regimes, and one run that never finished."""
     data = write_corpus(tmp_path)
-    refs = [line.rstrip("\n") for line in open(data["test"]["tgt"])]
-    good = [" ".join(r.split()[:-1]) for r in refs]
-    bad = [" ".join(r.split()[::2]) for r in refs]
+    refs = {"test": [line.rstrip("\n") for line in open(data["test"]["tgt"])]}
+    refs |= {name: pairs[1] for name, pairs in LONG_PAIRS.items()}
     root = tmp_path / "sweep"
-    for seed in (1, 2):
-        write_run(root / f"pe=sinusoidal,seed={seed}", data, BASELINE, seed, good)
-        write_run(root / f"pe=learned,seed={seed}", data, LEARNED, seed, bad, events=seed == 1)
-    (root / "pe=learned,seed=3" / ".hydra").mkdir(parents=True)
+    for slug, seeds in TEST_BLEU.items():
+        hyps = {name: degraded(lines, "learned" in slug) for name, lines in refs.items()}
+        for seed in seeds:
+            write_run(root / slug.split("-")[0] / f"{slug},seed={seed}", slug, seed, data, hyps)
+    (root / "full" / "full-learned,seed=4" / ".hydra").mkdir(parents=True)
     return root
 
 
-def test_report_rows_are_configurations_with_means_and_stds_over_seeds(sweep):
-    report = build_report(sweep, "test", resamples=200)
-    rows = {row["configuration"]: row for row in report.rows}
-    assert list(rows) == [BASELINE.label, LEARNED.label]  # the baseline first
-    for configuration, row in ((BASELINE, rows[BASELINE.label]), (LEARNED, rows[LEARNED.label])):
-        bleu, chrf = (
-            list(TEST_BLEU[configuration].values()),
-            list(TEST_CHRF[configuration].values()),
-        )
-        assert row["seeds"] == "1 2"
+def by_slug(report) -> dict[str, dict]:
+    return {row["slug"]: row for row in report.rows}
+
+
+def test_rows_are_configurations_with_means_and_stds_over_seeds(sweep):
+    report = build_report(sweep, None, resamples=200)
+    rows = by_slug(report)
+    assert list(rows) == list(TEST_BLEU)  # each regime's baseline first
+    assert report.test_set == "test"
+    for slug, row in rows.items():
+        bleu = list(TEST_BLEU[slug].values())
+        chrf = [TEST_CHRF[seed] for seed in TEST_BLEU[slug]]
+        assert row["seeds"] == " ".join(map(str, TEST_BLEU[slug]))
         assert row["test_bleu_mean"] == pytest.approx(statistics.mean(bleu))
-        assert row["test_bleu_std"] == pytest.approx(statistics.stdev(bleu))
         assert row["test_chrf_mean"] == pytest.approx(statistics.mean(chrf))
-        assert row["test_chrf_std"] == pytest.approx(statistics.stdev(chrf))
-        assert row["best_val_bleu_mean"] == pytest.approx(21.5)  # 20 + seed, seeds 1 and 2
+        if len(bleu) > 1:
+            assert row["test_bleu_std"] == pytest.approx(statistics.stdev(bleu))
+            assert row["test_chrf_std"] == pytest.approx(statistics.stdev(chrf))
+        else:
+            assert row["test_bleu_std"] is None
+        assert row["minutes_mean"] == pytest.approx(statistics.mean(TEST_BLEU[slug]))
         assert row["final_val_loss_mean"] == pytest.approx(3.0)
-        assert row["steps_mean"] == pytest.approx(201.5)
-        assert row["train_seconds_mean"] == pytest.approx(90.0)
-    assert rows[BASELINE.label]["p_value"] is None
-    assert rows[LEARNED.label]["p_value"] < 0.05  # every other word vs one word short
+    learned = rows["full-learned"]
+    assert (learned["regime"], learned["pe"], learned["share"]) == ("full", "learned", "all")
+    assert learned["best_val_bleu_mean"] == pytest.approx(22.0)  # 20 + seed, seeds 1 to 3
+    assert learned["steps_mean"] == pytest.approx(202.0)
+    assert rows["full-sinusoidal-share_none"]["num_parameters"] == 2000
     assert report.skipped == [
-        (sweep / "pe=learned,seed=3", "no metrics.json (failed or unfinished)")
+        (sweep / "full" / "full-learned,seed=4", "no metrics.json (failed or unfinished)")
     ]
 
 
-def test_length_buckets_and_long_inputs_are_averaged_per_configuration(sweep):
-    report = build_report(sweep, "test", resamples=200)
-    baseline, learned = report.results
-    assert sum(bucket["n"] for bucket in baseline.by_length) == 40  # every test sentence once
-    for ours, theirs in zip(baseline.by_length, learned.by_length, strict=True):
-        if ours["n"]:
-            assert ours["bleu"] > theirs["bleu"]
-    assert baseline.long_inputs == {
-        1: {"bleu": 29.0, "mean_src_words": 16.0},
-        2: {"bleu": 28.0, "mean_src_words": 32.0},
+def test_verdicts_against_each_regimes_baseline(sweep):
+    rows = by_slug(build_report(sweep, None, resamples=200))
+    assert rows["full-sinusoidal"]["verdict"] == "baseline"
+    assert rows["full-sinusoidal"]["diff_vs_baseline"] is None
+    learned = rows["full-learned"]
+    assert learned["baseline"] == "full-sinusoidal" and learned["paired_seeds"] == "1 2 3"
+    assert learned["diff_vs_baseline"] == pytest.approx(-10.0)
+    assert learned["ci95_low"] < -10.0 < learned["ci95_high"] < 0
+    assert learned["verdict"] == "worse"
+    assert rows["full-rope"]["verdict"] == "equivalent"
+    one_seed = rows["full-sinusoidal-share_none"]
+    assert one_seed["verdict"] == "inconclusive" and one_seed["p_value"] is None
+    assert rows["length15-learned"]["baseline"] == "length15-sinusoidal"
+
+
+def test_holm_runs_over_every_comparison_in_the_report(sweep):
+    report = build_report(sweep, None, resamples=200)
+    pairs = {(c.system.slug, c.reference.slug, c.test_set) for c in report.comparisons}
+    split_vs_control = {
+        ("length15-sinusoidal", "control15-sinusoidal", n) for n in ("test", *LONG_SETS)
     }
+    learned_by_bucket = {
+        ("length15-learned", "length15-sinusoidal", n) for n in ("test", *LONG_SETS)
+    }
+    assert split_vs_control | learned_by_bucket <= pairs
+    assert len(report.comparisons) == 3 + 3 + 3
+    tested = [c for c in report.comparisons if c.difference.p_value is not None]
+    assert len(tested) == 8  # all but the one-seed configuration
+    assert [c.holm_p for c in tested] == pytest.approx(holm([c.difference.p_value for c in tested]))
+    assert "all 8 comparisons in this report" in build_markdown(report)
 
 
-def test_val_curves_come_from_tensorboard_or_metrics_json(sweep):
-    with_events, without = build_report(sweep, "test", resamples=200).results[1].runs
-    from_events = Run(with_events.dir, {**with_events.metrics, "val_history": []})
-    assert from_events.val_bleu_curve() == [(100, 11.0), (200, 21.0)]
-    assert without.val_bleu_curve() == [(100, 12.0), (200, 22.0)]  # from metrics.json
+def build_markdown(report) -> str:
+    write_report(report)
+    return (report.out_dir / "report.md").read_text()
 
 
-def test_report_files_are_written_into_the_sweep(sweep, capsys):
-    main([f"sweep={sweep}", "test_set=test", "bootstrap=200"])
+def test_paired_bootstrap_per_seed_pair(sweep):
+    report = build_report(sweep, None, resamples=200)
+    learned = next(c for c in report.comparisons if c.system.slug == "full-learned")
+    assert sorted(learned.bootstrap) == [1, 2, 3]
+    assert all(p < 0.05 for p in learned.bootstrap.values())  # every other word vs one short
+    rope = next(c for c in report.comparisons if c.system.slug == "full-rope")
+    assert rope.bootstrap == {1: 1.0, 2: 1.0, 3: 1.0}  # the same hypotheses
+    assert "bs:200" in report.bootstrap_signature
+    assert not any(c.bootstrap for c in build_report(sweep, None, resamples=0).comparisons)
+
+
+def test_length_buckets_training_lengths_and_parameters_are_reported(sweep):
+    text = build_markdown(build_report(sweep, None, resamples=200))
+    assert "| length15-learned | long_21-25 | 25.75 ± 2.47 | 52.00 | 0.900 | 25.0% |" in text
+    assert "Verdicts per bucket" in text
+    assert "| full | 30 | 33 | full-learned: rows 34-127 |" in text  # past the longer side
+    assert "| none | no table shared | 2,000 | full-sinusoidal-share_none |" in text
+    assert "| control15-sinusoidal | 1 | patience | 201 | 200 | 1.0 | 26.00 |" in text
+    assert "patience 3 (min_delta 0)" in text
+    assert "25+ words" in text  # the headline set by source length, from its references
+    assert "## Joined inputs" in text and "k=2" in text
+    length_only = build_markdown(build_report(sweep / "length15", None, resamples=0))
+    assert "## Joined inputs" not in length_only
+
+
+@pytest.mark.parametrize(
+    ("encoder", "decoder", "rows"),
+    [
+        ("learned", "learned", "rows 34-127"),  # one table: the longer side reaches further
+        ("learned", "sinusoidal", "rows 31-127"),
+        ("sinusoidal", "learned", "rows 34-127"),
+        ("sinusoidal", "sinusoidal", None),
+    ],
+)
+def test_untrained_learned_rows_follow_the_sides_that_learn(encoder, decoder, rows):
+    config = saved_config("full-sinusoidal", 1, {})
+    config["pe"] |= {"encoder": encoder, "decoder": decoder}
+    run = Run(None, {"config": config})
+    result = ConfigResult(run.configuration, [run], by_length=[], long_inputs={})
+    assert untrained_rows(result, src=30, tgt=33) == rows
+    assert untrained_rows(result, src=None, tgt=None) is None
+
+
+def test_the_report_regenerates_byte_for_byte(sweep, capsys):
+    main([f"sweep={sweep}", "bootstrap=200"])
+    first = {name: (sweep / name).read_bytes() for name in ("report.md", "report.csv")}
+    main([f"sweep={sweep}", "bootstrap=200"])
+    assert {name: (sweep / name).read_bytes() for name in first} == first
+    text = first["report.md"].decode()
+    assert str(sweep.parent) not in text and "full/full-learned,seed=4" in text
+    for word in ("**worse**", "**equivalent**", "**inconclusive**"):
+        assert word in text
     out = capsys.readouterr().out
-    assert BASELINE.label in out and LEARNED.label in out
+    assert "full-learned" in out and "wrote" in out
+
+
+def test_report_files_are_one_csv_row_per_configuration_and_plots(sweep):
+    main([f"sweep={sweep}", "test_set=test", "bootstrap=200"])
     with open(sweep / "report.csv") as file:
         rows = list(csv.DictReader(file))
-    assert [row["configuration"] for row in rows] == [BASELINE.label, LEARNED.label]
+    assert [row["slug"] for row in rows] == list(TEST_BLEU)
     assert rows[0]["p_value"] == "" and float(rows[1]["p_value"]) < 0.05
-    assert float(rows[1]["test_bleu_mean"]) == pytest.approx(23.0)
-    text = (sweep / "report.md").read_text()
-    for needle in ("How to read this", "paired bootstrap", "25+ words", "k=2", "val_bleu.png"):
-        assert needle in text
-    assert "pe=learned,seed=3" in text and "nrefs:1" in text and "bs:200" in text
-    for name in ("val_bleu.png", "test_bleu.png", "bleu_by_length.png"):
+    assert rows[1]["verdict"] == "worse"
+    assert float(rows[1]["test_bleu_mean"]) == pytest.approx(21.0)
+    pngs = ["test_bleu.png"] + [
+        f"{kind}_{regime}.png"
+        for regime in ("full", "length15", "control15")
+        for kind in ("val_bleu", "bleu_by_length")
+    ]
+    for name in pngs:
         assert (sweep / name).read_bytes()[:4] == b"\x89PNG"
+        assert f"({name})" in (sweep / "report.md").read_text()
 
 
-def test_without_the_baseline_p_values_are_left_empty(sweep):
-    for seed in (1, 2):
-        (sweep / f"pe=sinusoidal,seed={seed}" / "metrics.json").unlink()
-    report = build_report(sweep, "test", resamples=200)
-    assert [row["p_value"] for row in report.rows] == [None]
-    write_report(report)
-    assert "No run of the baseline" in (sweep / "report.md").read_text()
+def test_collected_runs_give_the_same_table_one_directory_up(sweep, tmp_path):
+    main([f"sweep={sweep}", "bootstrap=0"])
+    runs = tmp_path / "docs" / "study" / "runs"
+    collect_runs(sweep, runs)
+    main([f"sweep={runs}", "bootstrap=0"])
+    assert (runs.parent / "report.csv").read_bytes() == (sweep / "report.csv").read_bytes()
+    assert not (runs / "report.md").exists()
+
+
+def test_without_the_baseline_there_is_no_verdict(sweep):
+    for seed in (1, 2, 3):
+        (sweep / "full" / f"full-sinusoidal,seed={seed}" / "metrics.json").unlink()
+    report = build_report(sweep / "full", None, resamples=200)
+    assert [row["verdict"] for row in report.rows] == [None, None, None]
+    assert "No baseline runs in full" in build_markdown(report)
 
 
 @pytest.mark.parametrize("where", ["missing", "empty"])

@@ -3,21 +3,26 @@
 import contextlib
 import json
 import math
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugin_util import markdown_to_safe_html
 
 from minimt.data.corpus import DataError
 from minimt.data.splits import load_text_splits
 from minimt.rundir import load_model
 from minimt.train.evaluation import score
 from minimt.train.loop import train
+from minimt.train.progress import samples_table
 from minimt.train.step import inverse_sqrt_lr
 from minimt.translator import Translator
 from tests.helpers import REPO, compose_config
+
+TOY = REPO / "tests" / "data" / "toy"
 
 
 def test_inverse_sqrt_schedule_closed_form():
@@ -41,12 +46,95 @@ def scalars(run_dir):
     return events
 
 
+def texts(run_dir, tag):
+    """(step, text) of every writer.add_text(tag, ...) entry in the run's event files."""
+    found, stored_as = [], f"{tag}/text_summary"  # the tag torch's add_text writes
+    for path in run_dir.glob("events.out.tfevents*"):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        if stored_as in acc.Tags()["tensors"]:
+            events = acc.Tensors(stored_as)
+            found += [(e.step, e.tensor_proto.string_val[0].decode()) for e in events]
+    return found
+
+
+def table_rows(markdown):
+    """The body rows of a markdown table, each a list of its cells (escaped bars kept whole)."""
+    lines = markdown.splitlines()[2:]
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
+
+
+def toy_run_overrides(data_dir, *extra: str) -> list[str]:
+    """The committed toy corpus (400 training pairs, 40 val and 40 test) on a tiny model."""
+    files = [
+        f"data.{split}.{side}={TOY / f'{split}.{lang}'}"
+        for split in ("train", "val", "test")
+        for side, lang in (("src", "de"), ("tgt", "en"))
+    ]
+    return [
+        "experiment=smoke",
+        "data=parallel_text",
+        *files,
+        f"data.dir={data_dir}",
+        "tokenizer.vocab_size=400",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "trainer.precision=fp32",
+        *extra,
+    ]
+
+
+def test_samples_table_is_a_markdown_table_of_literal_text():
+    table = samples_table(["Ein | Hund"], ["A *dog*"], ["a_dog [1]"])
+    html = markdown_to_safe_html(table)
+    assert html.count("<tr>") == 2 and "<th>hypothesis</th>" in html  # header + one row
+    for text in ("Ein | Hund", "A *dog*", "a_dog [1]"):
+        assert f"<td>{text}</td>" in html
+
+
+@pytest.mark.slow
+def test_patience_stops_a_run_that_also_scores_the_average(tmp_path):
+    overrides = toy_run_overrides(
+        tmp_path / "data",
+        "trainer.max_steps=100",
+        "trainer.val_every=5",
+        "trainer.save_every=5",
+        "trainer.patience=1",
+        "trainer.min_delta=100",  # no gain is ever enough: stop at the second validation
+        "trainer.average_last=2",
+    )
+    run_dir = tmp_path / "run"
+    metrics = train(compose_config(*overrides), run_dir)
+
+    on_disk = json.loads((run_dir / "metrics.json").read_text())
+    assert on_disk["steps"] == 10 and [v["step"] for v in on_disk["val_history"]] == [5, 10]
+    assert on_disk["stop_reason"] == metrics["stop_reason"]
+    assert on_disk["stop_reason"].startswith("trainer.patience reached")
+    assert f"at step {on_disk['best_step']}" in on_disk["stop_reason"]
+    assert on_disk["averaged_from"] == ["step_5.pt", "step_10.pt"]
+    average, best = on_disk["test_average"]["test"], on_disk["test"]["test"]
+    assert average["checkpoint"] == "averaged" and best["checkpoint"] == "best"
+    assert set(average) == set(best) and 0 <= average["bleu"] <= 100
+    hyps = (run_dir / "hyps.test.average.txt").read_text().splitlines()
+    assert len(hyps) == len((run_dir / "hyps.test.txt").read_text().splitlines()) == 40
+
+    samples = texts(run_dir, "val/samples")
+    assert [step for step, _ in samples] == [5, 10]
+    rows = table_rows(samples[-1][1])
+    val_src = (TOY / "val.de").read_text().splitlines()[:3]
+    val_ref = (TOY / "val.en").read_text().splitlines()[:3]
+    assert all(len(row) == 4 for row in rows)
+    assert [row[1] for row in rows] == val_src and [row[2] for row in rows] == val_ref
+
+
 @pytest.mark.slow
 def test_smoke_run_writes_metrics_json(smoke_run):
     run_dir, metrics = smoke_run
     on_disk = json.loads((run_dir / "metrics.json").read_text())
     assert {key: on_disk[key] for key in metrics} == json.loads(json.dumps(metrics))
     assert on_disk["steps"] == 120 and on_disk["train_seconds"] > 0
+    assert on_disk["stop_reason"] == "trainer.max_steps reached"
+    assert "test_average" not in on_disk and "long_inputs" not in on_disk  # both off by default
     test = on_disk["test"]["test_2016_flickr"]
     assert 0 <= test["bleu"] <= 100 and "nrefs:1" in test["signature"]
     assert on_disk["best_val_bleu"] == max(v["bleu"] for v in on_disk["val_history"])
@@ -71,6 +159,10 @@ def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
     losses = tags["train/loss"]
     assert losses[-1] < losses[0] - 1.0, losses
     assert all(math.isfinite(x) for x in losses)
+    validations = [
+        v["step"] for v in json.loads((run_dir / "metrics.json").read_text())["val_history"]
+    ]
+    assert [step for step, _ in texts(run_dir, "val/samples")] == validations
 
 
 @pytest.mark.slow
@@ -190,3 +282,39 @@ def test_cli_names_a_missing_data_place(tmp_path):
     )
     assert result.returncode != 0
     assert "/nonexistent/place" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_resumed_run_stops_at_the_validation_an_uninterrupted_one_does(tmp_path):
+    def config(*extra):
+        patience = ["trainer.val_every=5", "trainer.save_every=5", "trainer.patience=2"]
+        return compose_config(*toy_run_overrides(tmp_path / "data", *patience, *extra))
+
+    never_enough = "trainer.min_delta=100"
+    straight = train(config(never_enough, "trainer.max_steps=100"), tmp_path / "a")
+    train(config(never_enough, "trainer.max_steps=10"), tmp_path / "b")  # 2 validations kept
+    resumed = train(
+        config(never_enough, "trainer.max_steps=100", f"resume={tmp_path / 'b'}"), tmp_path / "b"
+    )
+    assert straight["steps"] == resumed["steps"] == 15
+    assert resumed["stop_reason"] == straight["stop_reason"]
+    assert resumed["stop_reason"].startswith("trainer.patience reached: 2 validations")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("budget", "reason", "steps"),
+    [
+        ("trainer.max_steps=3", "trainer.max_steps reached", 3),
+        ("trainer.max_epochs=1", "trainer.max_epochs reached", None),
+        ("trainer.max_minutes=1e-9", "trainer.max_minutes reached", 0),
+    ],
+)
+def test_metrics_json_says_which_budget_ended_the_run(tmp_path, budget, reason, steps):
+    overrides = toy_run_overrides(tmp_path / "data", budget)
+    metrics = train(compose_config(*overrides), tmp_path / "run")
+    assert metrics["stop_reason"] == reason
+    if steps is not None:
+        assert metrics["steps"] == steps
+    else:
+        assert metrics["epochs_completed"] == 1 and metrics["steps"] > 0

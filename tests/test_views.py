@@ -6,11 +6,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.plugins.hparams import plugin_data_pb2
+from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.data.tokenizer import TokenizerPair, train_bpe
+from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import padding_mask
 from minimt.study.views import (
     attention_probs,
@@ -68,12 +69,17 @@ def batch(tokenizers: TokenizerPair):
 def test_hparams_written_into_the_run_folder(writer, tmp_path):
     cfg = OmegaConf.create(
         {
-            "pe": {"name": "learned"},
-            "embedding": {"scale": False, "share": True},
+            "pe": {"name": "learned", "encoder": "learned", "decoder": "none"},
+            "embedding": {"scale": False, "share": True, "init_std": None},  # true: old "all"
             "trainer": {"seed": 3, "lr": 1e-3, "warmup_steps": 800},
             "model": {"d_model": 256},
             "tokenizer": {"vocab_size": 8000},
-            "data": {"src_lang": "de", "tgt_lang": "en"},
+            "data": {
+                "src_lang": "de",
+                "tgt_lang": "en",
+                "train_max_words": 15,
+                "train_subsample": None,
+            },
         }
     )
     metrics = {
@@ -82,6 +88,7 @@ def test_hparams_written_into_the_run_folder(writer, tmp_path):
         "best_step": 100,
         "val_history": [{"step": 50, "loss": 3.0}, {"step": 100, "loss": 2.5}],
         "test": {"test_2016_flickr": {"bleu": 31.0}},
+        "test_average": {"test_2016_flickr": {"bleu": 31.5}},
     }
     log_hparams(writer, cfg, metrics)
 
@@ -95,19 +102,75 @@ def test_hparams_written_into_the_run_folder(writer, tmp_path):
     }
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
     hparams = start.session_start_info.hparams
-    assert hparams["pe"].string_value == "learned"
-    assert hparams["scale"].bool_value is False
+    strings = {name: value.string_value for name, value in hparams.items() if value.string_value}
+    assert strings == {
+        "pe": "learned",
+        "pe.encoder": "learned",
+        "pe.decoder": "none",
+        "scale": "false",
+        "share": "all",
+        "init_std": "d_model^-0.5",
+        "train_max_words": "15",
+        "train_subsample": "all",
+        "langs": "de-en",
+    }
     assert hparams["seed"].number_value == 3
     assert hparams["d_model"].number_value == 256
     scores = {
         tag: accumulator.Scalars(tag)[-1].value
-        for tag in ("hparam/best_val_bleu", "hparam/val_loss", "hparam/test_bleu")
+        for tag in (
+            "hparam/best_val_bleu",
+            "hparam/val_loss",
+            "hparam/test_bleu",
+            "hparam/test_average_bleu",
+        )
     }
     assert scores == {
         "hparam/best_val_bleu": 30.5,
         "hparam/val_loss": 2.5,
         "hparam/test_bleu": 31.0,
+        "hparam/test_average_bleu": 31.5,
     }
+
+
+def test_hparams_names_and_booleans_are_discrete_string_filters(writer):
+    cfg = OmegaConf.create(
+        {
+            "pe": {"name": "rope", "encoder": "rope", "decoder": "rope"},
+            "embedding": {"scale": True, "share": "decoder", "init_std": 1.0},
+            "trainer": {"seed": 1, "lr": 1e-3, "warmup_steps": 800},
+            "model": {"d_model": 64},
+            "tokenizer": {"vocab_size": 1000},
+            "data": {
+                "src_lang": "de",
+                "tgt_lang": "en",
+                "train_max_words": None,
+                "train_subsample": 12000,
+            },
+        }
+    )
+    metrics = {"steps": 1, "best_val_bleu": 0.0, "best_step": 1, "val_history": [], "test": {}}
+    log_hparams(writer, cfg, metrics)
+
+    content = events(writer).PluginTagToContent("hparams")["_hparams_/experiment"]
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content).experiment
+    infos = {info.name: info for info in experiment.hparam_infos}
+    string_type = api_pb2.DataType.Value("DATA_TYPE_STRING")
+    domains = {
+        name: [value.string_value for value in info.domain_discrete.values]
+        for name, info in infos.items()
+        if info.type == string_type and info.HasField("domain_discrete")
+    }
+    assert domains == {
+        "pe": list(POSITIONAL_ENCODINGS),
+        "pe.encoder": list(POSITIONAL_ENCODINGS),
+        "pe.decoder": list(POSITIONAL_ENCODINGS),
+        "scale": ["false", "true"],
+        "share": ["none", "decoder", "all"],
+    }
+    assert {"alibi", "sinusoidal", "learned", "rope", "none"} <= set(domains["pe"])
+    assert infos["init_std"].type == infos["train_subsample"].type == string_type
+    assert infos["d_model"].type == api_pb2.DataType.Value("DATA_TYPE_FLOAT64")
 
 
 def test_projector_table_and_one_label_per_row(writer, tmp_path, tokenizers):
@@ -153,7 +216,27 @@ def test_positional_table_is_the_added_table(tokenizers):
     )
 
 
-@pytest.mark.parametrize("pe", ["none", "rope"])
+@pytest.mark.parametrize(
+    ("sides", "images"),
+    [
+        (dict(src_pos_encoding="learned", tgt_pos_encoding="sinusoidal"), {"src", "tgt"}),
+        (dict(tgt_pos_encoding="none"), {"src"}),
+        (dict(src_pos_encoding="alibi", tgt_pos_encoding="learned"), {"tgt"}),
+    ],
+)
+def test_sides_with_different_encodings_are_drawn_apart(writer, tokenizers, sides, images):
+    model = model_for(tokenizers, **sides)
+    log_positional_views(writer, model, step=3, max_positions=40)
+
+    drawn = set(events(writer).Tags()["images"])
+    assert drawn == {
+        f"positions/{side}/{view}" for side in images for view in ("table", "cosine_similarity")
+    }
+    for side in ("src", "tgt"):
+        assert (positional_table(model, side) is not None) == (side in images)
+
+
+@pytest.mark.parametrize("pe", ["none", "rope", "alibi"])
 def test_no_positional_table_writes_nothing(writer, tokenizers, pe):
     model = model_for(tokenizers, pos_encoding=pe)
     assert positional_table(model) is None

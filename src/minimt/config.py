@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from minimt.checkpoint import run_dir_of
+from minimt.checkpoint import config_mismatches, run_dir_of
+from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
 from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import Transformer
@@ -22,6 +23,8 @@ ARCHITECTURE_KEYS = (
     "model.max_seq_len",
     "model.norm_first",
     "pe.name",
+    "pe.encoder",
+    "pe.decoder",
     "embedding.scale",
     "embedding.share",
     "tokenizer.vocab_size",
@@ -32,10 +35,14 @@ ARCHITECTURE_KEYS = (
 # Settings a resumed run must share with its checkpoint: the weights, the data and its order.
 RESUME_KEYS = (
     *ARCHITECTURE_KEYS,
+    "embedding.init_std",
     "data.name",
     "data.src_lang",
     "data.tgt_lang",
     "data.max_train_pairs",
+    "data.train_max_words",
+    "data.long_tests_over",
+    "data.train_subsample",
     "data.max_train_len",
     "trainer.seed",
     "trainer.batch_tokens",
@@ -83,6 +90,21 @@ def positive_number(v: object) -> str | None:
     return None if ok else "must be a positive number"
 
 
+def optional_positive_number(v: object) -> str | None:
+    return None if v is None else positive_number(v)
+
+
+# embedding.share: tying level -> (share_embeddings, tie_output). true / false, the spelling
+# before there were three levels, mean all / decoder (old configs and checkpoints).
+SHARE_LEVELS = {"none": (False, False), "decoder": (False, True), "all": (True, True)}
+OLD_SHARE_VALUES = {True: "all", False: "decoder"}
+
+
+def share_level(v: object) -> str | None:
+    ok = v in SHARE_LEVELS if isinstance(v, str) else isinstance(v, bool)
+    return None if ok else "must be one of none, decoder, all (true = all, false = decoder)"
+
+
 def non_negative_number(v: object) -> str | None:
     ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
     return None if ok else "must be a number >= 0"
@@ -93,12 +115,21 @@ def probability(v: object) -> str | None:
     return None if ok else "must be a number in [0, 1)"
 
 
+def subsample_size(v: object) -> str | None:
+    if v == AS_LENGTH_SPLIT or optional_positive_int(v) is None:
+        return None
+    return f"must be null, an integer >= 1 or {AS_LENGTH_SPLIT} (as many pairs as the length split)"
+
+
 RULES: dict[str, Rule] = {
     "resume": lambda v: None if v is None or isinstance(v, str) else "must be a path or null",
     "views": boolean,
     "pe.name": one_of(*POSITIONAL_ENCODINGS),
+    "pe.encoder": one_of(*POSITIONAL_ENCODINGS),
+    "pe.decoder": one_of(*POSITIONAL_ENCODINGS),
     "embedding.scale": boolean,
-    "embedding.share": boolean,
+    "embedding.share": share_level,
+    "embedding.init_std": optional_positive_number,
     "tokenizer.joint": boolean,
     # byte-level BPE: 4 special tokens + 256 byte symbols before any merge
     "tokenizer.vocab_size": at_least(MIN_VOCAB_SIZE),
@@ -114,6 +145,12 @@ RULES: dict[str, Rule] = {
     "data.max_train_len": positive_int,
     "data.max_train_pairs": optional_positive_int,
     "data.max_val_pairs": optional_positive_int,
+    "data.train_max_words": optional_positive_int,
+    "data.long_tests_over": optional_positive_int,
+    "data.long_bucket_edges": lambda v: (
+        positive_int_list(v) or (None if list(v) == sorted(set(v)) else "must be increasing")
+    ),
+    "data.train_subsample": subsample_size,
     "trainer.device": one_of("auto", "cpu", "cuda"),
     "trainer.precision": one_of("auto", "bf16", "fp32"),
     "trainer.seed": lambda v: None if isinstance(v, int) else "must be an integer",
@@ -132,6 +169,9 @@ RULES: dict[str, Rule] = {
     "trainer.log_every": positive_int,
     "trainer.save_every": positive_int,
     "trainer.keep_checkpoints": positive_int,
+    "trainer.patience": optional_positive_int,
+    "trainer.min_delta": non_negative_number,
+    "trainer.average_last": lambda v: None if v is None else at_least(2)(v),
     "trainer.num_threads": optional_positive_int,
     "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
     "trainer.compile": boolean,
@@ -162,25 +202,42 @@ def validate_config(cfg: DictConfig) -> None:
 
 def _cross_key_problems(cfg: DictConfig) -> list[str]:
     problems = []
-    if cfg.embedding.share and not cfg.tokenizer.joint:
+    share = cfg.embedding.share
+    if canonical_share(share) == "all" and not cfg.tokenizer.joint:
         problems.append(
-            "embedding.share=true needs tokenizer.joint=true: tying source, target and output "
-            "tables needs one vocabulary (or set embedding.share=false)"
+            f"embedding.share={str(share).lower()} needs tokenizer.joint=true: tying source, "
+            "target and output tables needs one vocabulary (or set embedding.share=decoder or none)"
         )
+    if cfg.data.train_subsample == AS_LENGTH_SPLIT and cfg.data.long_tests_over is None:
+        problems.append(
+            f"data.train_subsample={AS_LENGTH_SPLIT} needs data.long_tests_over=N: the size of "
+            "the length split at N words (or give data.train_subsample a number)"
+        )
+    rope_sides = [
+        key for key in ("pe.encoder", "pe.decoder") if OmegaConf.select(cfg, key) == "rope"
+    ]
     if cfg.model.d_model % cfg.model.n_heads:
         problems.append(
             f"model.d_model={cfg.model.d_model} must be divisible by "
             f"model.n_heads={cfg.model.n_heads}"
         )
-    elif cfg.pe.name == "rope" and (cfg.model.d_model // cfg.model.n_heads) % 2:
+    elif rope_sides and (cfg.model.d_model // cfg.model.n_heads) % 2:
         problems.append(
-            f"pe=rope rotates pairs of dimensions, so the head size model.d_model / model.n_heads "
-            f"must be even, got {cfg.model.d_model} / {cfg.model.n_heads}"
+            f"pe=rope ({', '.join(rope_sides)}) rotates pairs of dimensions, so the head size "
+            f"model.d_model / model.n_heads must be even, got {cfg.model.d_model} / "
+            f"{cfg.model.n_heads}"
         )
     if cfg.data.max_train_len + 1 > cfg.model.max_seq_len:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
             f"{cfg.data.max_train_len + 1} (room for <bos>/<eos>), got {cfg.model.max_seq_len}"
+        )
+    average_last, keep = cfg.trainer.average_last, cfg.trainer.keep_checkpoints
+    if average_last is not None and average_last > keep:
+        problems.append(
+            f"trainer.average_last={average_last} averages the last {average_last} step "
+            f"checkpoints, but trainer.keep_checkpoints={keep} keeps only {keep}: raise "
+            f"trainer.keep_checkpoints to {average_last} or lower trainer.average_last"
         )
     return problems
 
@@ -193,9 +250,36 @@ def register_resolvers() -> None:
         )
 
 
+def canonical_share(share: bool | str) -> str:
+    """embedding.share as a tying level: true -> all, false -> decoder, a level unchanged."""
+    return OLD_SHARE_VALUES[share] if isinstance(share, bool) else share
+
+
+def canonical_config(cfg: DictConfig | dict) -> DictConfig:
+    """A copy of cfg in today's spelling, so that configs saved before a key existed compare and
+    build as they did: embedding.share true/false -> all/decoder; pe.encoder and pe.decoder =
+    pe.name and embedding.init_std = null where missing."""
+    cfg = OmegaConf.create(OmegaConf.to_container(OmegaConf.create(cfg)))  # unlocked copy
+    if "embedding" in cfg:
+        cfg.embedding.share = canonical_share(cfg.embedding.share)
+        cfg.embedding.setdefault("init_std", None)
+    if "pe" in cfg:
+        cfg.pe.setdefault("encoder", cfg.pe.name)
+        cfg.pe.setdefault("decoder", cfg.pe.name)
+    return cfg
+
+
+def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
+    """The RESUME_KEYS whose values differ between a saved config (any age) and cfg."""
+    return config_mismatches(canonical_config(saved), canonical_config(cfg), RESUME_KEYS)
+
+
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
-    """The model a config describes; the one place where config becomes a model."""
+    """The model a config describes (today's or an older one); the one place where config
+    becomes a model."""
+    cfg = canonical_config(cfg)
     m = cfg.model
+    share_embeddings, tie_output = SHARE_LEVELS[cfg.embedding.share]
     return Transformer(
         src_vocab_size,
         tgt_vocab_size,
@@ -209,7 +293,11 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Tr
         max_seq_len=m.max_seq_len,
         pad_id=PAD_ID,
         pos_encoding=cfg.pe.name,
+        src_pos_encoding=cfg.pe.encoder,
+        tgt_pos_encoding=cfg.pe.decoder,
         scale_embedding=cfg.embedding.scale,
-        share_embeddings=cfg.embedding.share,
+        share_embeddings=share_embeddings,
+        tie_output=tie_output,
+        init_std=cfg.embedding.init_std,
         norm_first=m.norm_first,
     )

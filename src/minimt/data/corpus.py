@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
@@ -105,7 +105,8 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Pairs:
 
 @dataclass(frozen=True)
 class ParallelFiles:
-    """Two line-aligned text files (plain or .gz), read as streams; only the first `limit` pairs.
+    """Two line-aligned text files (plain or .gz), read as streams; only the first `limit` pairs,
+    less the line numbers (0-based) in `skip`.
 
     Build it with `parallel_files`, which checks the line counts without loading the text.
     """
@@ -113,24 +114,40 @@ class ParallelFiles:
     src: Path
     tgt: Path
     limit: int | None
-    num_pairs: int  # pairs used: min(lines, limit)
+    num_pairs: int  # pairs used: min(lines, limit) - len(skip)
+    skip: tuple[int, ...] = ()  # sorted
 
     def src_lines(self) -> Iterator[str]:
-        return islice(iter_lines(self.src), self.limit)
+        return self._used(iter_lines(self.src))
 
     def tgt_lines(self) -> Iterator[str]:
-        return islice(iter_lines(self.tgt), self.limit)
+        return self._used(iter_lines(self.tgt))
 
     def rows(self) -> Iterator[dict[str, str]]:
         """{"src": line, "tgt": line} for each pair, one at a time."""
         for src, tgt in zip(self.src_lines(), self.tgt_lines(), strict=True):
             yield {"src": src, "tgt": tgt}
 
+    def without(self, lines: Iterable[int]) -> ParallelFiles:
+        """These files with the pairs at `lines` (0-based line numbers) left out as well."""
+        total = self.num_pairs + len(self.skip)  # lines before the limit
+        skip = set(self.skip).union(int(line) for line in lines)
+        if skip and not 0 <= min(skip) <= max(skip) < total:
+            raise ValueError(f"line numbers to skip must lie in 0..{total - 1}")
+        return replace(self, num_pairs=total - len(skip), skip=tuple(sorted(skip)))
+
     @cached_property
     def fingerprint(self) -> str:
-        """A digest of both files' bytes and the limit: equal fingerprints, equal pairs."""
+        """A digest of both files' bytes, the limit and the skipped lines: equal fingerprints,
+        equal pairs."""
         parts = [sha256_of(self.src), sha256_of(self.tgt), self.limit]
+        if self.skip:  # without one, the digest of files that skip nothing stays what it was
+            parts.append(hashlib.sha256(repr(self.skip).encode()).hexdigest())
         return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+    def _used(self, lines: Iterator[str]) -> Iterator[str]:
+        limited, skip = islice(lines, self.limit), frozenset(self.skip)
+        return (line for i, line in enumerate(limited) if i not in skip) if skip else limited
 
 
 def parallel_files(

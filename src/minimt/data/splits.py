@@ -2,14 +2,18 @@
 
 The one place where a config picks a corpus. The training text is streamed from its files (for
 the tokenizers, then into a cached Arrow table of token ids), never loaded; validation and test
-sets are small and read as lists of lines.
+sets are small and read as lists of lines. The length split (length_split.py) decides which
+training lines a run trains on and which it scores as long test sets.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import datasets
+import numpy as np
 from omegaconf import DictConfig
 
 from minimt.data.corpus import (
@@ -21,20 +25,42 @@ from minimt.data.corpus import (
     parallel_files,
     read_parallel,
 )
+from minimt.data.length_split import (
+    AS_LENGTH_SPLIT,
+    LONG_PREFIX,
+    TRAIN,
+    LengthSplit,
+    all_train,
+    long_test_pairs,
+    source_word_counts,
+    split_by_length,
+    subsample,
+)
 from minimt.data.tokenized import (
     BatchedPairs,
     cached_token_pairs,
     filter_training_pairs,
+    id_lengths,
     text_pairs,
     tokenize_pairs,
 )
 from minimt.data.tokenizer import TokenizerPair, build_tokenizers
 
+log = logging.getLogger(__name__)
+
 PARALLEL_TEXT_SPLITS = ("val", "test")
 
 
 def test_set_names(data: DictConfig) -> list[str]:
-    """The test sets a run scores at its end: Multi30k's data.test_sets, else `test`."""
+    """The test sets a run scores at its end: Multi30k's data.test_sets (else `test`), then the
+    long test sets of the length split that hold any pair (reads the training source file)."""
+    names = _corpus_test_names(data)
+    if _long_tests_over(data) is None:
+        return names
+    return names + length_split(data, training_files(data)).test_names
+
+
+def _corpus_test_names(data: DictConfig) -> list[str]:
     return list(data.test_sets) if data.name == "multi30k" else ["test"]
 
 
@@ -42,40 +68,78 @@ def load_held_out(data: DictConfig, names: Sequence[str]) -> dict[str, Pairs]:
     """(source lines, reference lines) of the named validation / test splits of a run's corpus.
 
     Multi30k has every split of the official release; data=parallel_text has `val` and `test`
-    (the files its config names). An unknown name is a DataError that lists the known ones.
+    (the files its config names); the length split adds its long_* test sets (read from the
+    training files). An unknown name is a DataError that lists the known ones.
     """
+    long_names = [name for name in names if name.startswith(LONG_PREFIX)]
+    pairs = _corpus_splits(data, [name for name in names if name not in long_names])
+    if long_names:
+        train = training_files(data)
+        pairs |= long_test_pairs(train, length_split(data, train), long_names)
+    return {name: pairs[name] for name in names}
+
+
+def _corpus_splits(data: DictConfig, names: Sequence[str]) -> dict[str, Pairs]:
+    """The named splits that the corpus's own files hold."""
     if data.name == "multi30k":
         return load_multi30k(data.url, data.dir, data.src_lang, data.tgt_lang, names)
     unknown = [name for name in names if name not in PARALLEL_TEXT_SPLITS]
     if unknown:
         raise DataError(
             f"split {', '.join(unknown)}: a data=parallel_text run has the splits "
-            f"{', '.join(PARALLEL_TEXT_SPLITS)} (or score any files with src=... ref=...)"
+            f"{', '.join(PARALLEL_TEXT_SPLITS)}, and long_* with data.long_tests_over set "
+            "(or score any files with src=... ref=...)"
         )
     return {name: read_parallel(data[name].src, data[name].tgt) for name in names}
 
 
+def training_files(data: DictConfig) -> ParallelFiles:
+    """The training files, streamed; only the first data.max_train_pairs pairs."""
+    if data.name == "multi30k":
+        files = fetch_multi30k_pair(data.url, data.dir, "train", data.src_lang, data.tgt_lang)
+    else:
+        files = (data.train.src, data.train.tgt)
+    return parallel_files(*files, limit=data.max_train_pairs)
+
+
+def length_split(data: DictConfig, train: ParallelFiles) -> LengthSplit:
+    """Each training line's role under data.train_max_words and data.long_tests_over (every
+    line trains, without reading the files, when both are null)."""
+    max_words, over = data.get("train_max_words"), _long_tests_over(data)
+    if max_words is None and over is None:
+        return all_train(train.num_pairs)
+    return split_by_length(source_word_counts(train), max_words, over, data.long_bucket_edges)
+
+
+def _long_tests_over(data: DictConfig) -> int | None:
+    return data.get("long_tests_over")  # absent from configs saved before the length split
+
+
 @dataclass
 class TextSplits:
-    """The training files (streamed), and raw (source, target) lines of validation and tests."""
+    """The training files (streamed) and each line's role in them; raw (source, target) lines
+    of validation and tests (long test sets included)."""
 
     train: ParallelFiles
+    lengths: LengthSplit
     val: Pairs
     tests: dict[str, Pairs]
 
 
 def load_text_splits(data: DictConfig) -> TextSplits:
     """Read the corpus that `data` names (Multi30k or any parallel text), limited as configured."""
-    tests = test_set_names(data)
-    held_out = load_held_out(data, ["val", *tests])
-    if data.name == "multi30k":
-        train_files = fetch_multi30k_pair(data.url, data.dir, "train", data.src_lang, data.tgt_lang)
-    else:
-        train_files = (data.train.src, data.train.tgt)
+    train = training_files(data)
+    lengths = length_split(data, train)
+    tests = _corpus_test_names(data)
+    held_out = _corpus_splits(data, ["val", *tests])
     return TextSplits(
-        train=parallel_files(*train_files, limit=data.max_train_pairs),
+        train=train,
+        lengths=lengths,
         val=_first(held_out["val"], data.max_val_pairs),
-        tests={name: held_out[name] for name in tests},
+        tests={
+            **{name: held_out[name] for name in tests},
+            **long_test_pairs(train, lengths, lengths.test_names),
+        },
     )
 
 
@@ -85,27 +149,62 @@ def _first(pairs: Pairs, n: int | None) -> Pairs:
 
 @dataclass
 class RunData:
-    """A run's raw splits, tokenizers and token-count batches."""
+    """A run's raw splits, tokenizers and token-count batches; `summary` (for metrics.json's
+    "data"): the training pairs left after every filter, and their longest source and target in
+    BPE tokens without <bos>/<eos>."""
 
     splits: TextSplits
     tokenizers: TokenizerPair
     train_batches: BatchedPairs
     val_batches: BatchedPairs
+    summary: dict[str, int]
 
 
 def prepare_data(cfg: DictConfig) -> RunData:
-    """Train (or reuse) the BPE tokenizers, tokenize the training pairs (or reuse them), batch."""
-    splits = load_text_splits(cfg.data)
+    """Train (or reuse) the BPE tokenizers on the training files less the long test pairs,
+    tokenize the training files (or reuse them), keep the pairs to train on, batch."""
+    data = cfg.data
+    splits = load_text_splits(data)
     tokenizers = build_tokenizers(
-        splits.train, cfg.tokenizer.vocab_size, cfg.tokenizer.joint, cache_dir=cfg.data.dir
+        splits.train.without(splits.lengths.held_out_lines),
+        cfg.tokenizer.vocab_size,
+        cfg.tokenizer.joint,
+        cache_dir=data.dir,
     )
-    train_pairs = filter_training_pairs(
-        cached_token_pairs(splits.train, tokenizers, cfg.data.dir), cfg.data.max_train_len
-    )
+    token_pairs = cached_token_pairs(splits.train, tokenizers, data.dir)  # row = line
+    train_pairs = filter_training_pairs(token_pairs, data.max_train_len, splits.lengths.train_lines)
+    if data.train_subsample is not None:
+        size = subsample_size(data, splits, token_pairs)
+        rows = subsample(len(train_pairs), size, cfg.trainer.seed)
+        log.info(
+            "training on %d random pairs of %d (data.train_subsample)", len(rows), len(train_pairs)
+        )
+        train_pairs = train_pairs.select(rows, keep_in_memory=True)
     batch_tokens = cfg.trainer.batch_tokens
     return RunData(
         splits=splits,
         tokenizers=tokenizers,
         train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
         val_batches=BatchedPairs(tokenize_pairs(tokenizers, text_pairs(*splits.val)), batch_tokens),
+        summary=training_summary(train_pairs),
     )
+
+
+def subsample_size(data: DictConfig, splits: TextSplits, token_pairs: datasets.Dataset) -> int:
+    """data.train_subsample's M; `length_split`: as many pairs as a length split at
+    data.long_tests_over words trains on (the trainable lines that short, after max_train_len)."""
+    if data.train_subsample != AS_LENGTH_SPLIT:
+        return data.train_subsample
+    words = source_word_counts(splits.train)
+    short = np.flatnonzero((splits.lengths.roles == TRAIN) & (words <= _long_tests_over(data)))
+    return len(filter_training_pairs(token_pairs, data.max_train_len, short))
+
+
+def training_summary(pairs: datasets.Dataset) -> dict[str, int]:
+    """How many pairs a run trains on, and the longest source and target in BPE tokens."""
+    src_len, tgt_len = id_lengths(pairs)
+    return {
+        "train_pairs": len(pairs),
+        "train_max_src_tokens": int(src_len.max(initial=0)),
+        "train_max_tgt_tokens": int(tgt_len.max(initial=0)),
+    }

@@ -107,16 +107,20 @@ def id_lengths(pairs: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(src), np.concatenate(tgt)
 
 
-def filter_training_pairs(pairs: datasets.Dataset, max_len: int) -> datasets.Dataset:
-    """Drop pairs with an empty side or more than `max_len` BPE tokens on either side (logged)."""
-    src_len, tgt_len = id_lengths(pairs)
+def filter_training_pairs(
+    pairs: datasets.Dataset, max_len: int, rows: np.ndarray | None = None
+) -> datasets.Dataset:
+    """The pairs at `rows` (default: all), less those with an empty side or more than `max_len`
+    BPE tokens on either side (counts logged)."""
+    rows = np.arange(len(pairs)) if rows is None else rows
+    src_len, tgt_len = (lengths[rows] for lengths in id_lengths(pairs))
     empty = (src_len == 0) | (tgt_len == 0)
     long = ~empty & ((src_len > max_len) | (tgt_len > max_len))
-    keep = np.flatnonzero(~empty & ~long)
+    keep = rows[~empty & ~long]
     log.info(
         "training pairs: kept %d of %d (dropped %d with an empty side, %d longer than %d tokens)",
         len(keep),
-        len(pairs),
+        len(rows),
         empty.sum(),
         long.sum(),
         max_len,

@@ -47,7 +47,8 @@ class LearnedPositions(nn.Module):
 
 
 class NoPositions(nn.Module):
-    """Adds nothing: pe=none (no position information) and pe=rope (positions enter attention)."""
+    """Adds nothing: pe=none (no position information), pe=rope and pe=alibi (positions enter
+    self-attention)."""
 
     def __init__(self, max_seq_len: int, d_model: int):
         super().__init__()
@@ -57,13 +58,15 @@ class NoPositions(nn.Module):
         return x
 
 
-# The module adding positions to the token embedding; pe=rope also rotates queries and keys in
-# self-attention (RotaryPositions, built by the Transformer, which knows the head dimension).
+# The module adding positions to the token embedding; pe=rope rotates queries and keys in
+# self-attention instead (RotaryPositions) and pe=alibi biases its logits (AlibiBias), both built
+# by the Transformer, which knows the heads.
 POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
     "sinusoidal": SinusoidalPositions,
     "learned": LearnedPositions,
     "none": NoPositions,
     "rope": NoPositions,
+    "alibi": NoPositions,
 }
 
 
@@ -102,10 +105,50 @@ class RotaryPositions(nn.Module):
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def token_table(vocab_size: int, d_model: int, padding_idx: int) -> nn.Embedding:
-    """Token table initialised N(0, d_model^-0.5), so that x sqrt(d_model) gives std 1."""
+def alibi_slopes(n_heads: int) -> Tensor:
+    """(n_heads,) float32 ALiBi slopes (Press et al., 2021): m_h = 2^(-8h/n) for h = 1..n when n
+    is a power of 2; otherwise the n' = 2^floor(log2 n) slopes of n', then every other slope of
+    2n' (the first n - n' of them), as the paper's code does."""
+    if n_heads < 1:
+        raise ValueError(f"ALiBi needs at least one head, got n_heads={n_heads}")
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    below = 2 ** math.floor(math.log2(n_heads))
+    slopes = geometric(below) + geometric(2 * below)[0::2][: n_heads - below]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class AlibiBias(nn.Module):
+    """ALiBi (Press et al., 2021): head h adds -m_h |i - j| to the logit of query i for key j.
+
+    Symmetric in the encoder; in the decoder the keys j > i are masked as well (causal). No
+    parameters; the slopes are a non-persistent buffer, never in checkpoints. The bias is built in
+    float32, where distances are exact integers; attention() rounds it to q's dtype once.
+    """
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def forward(self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False) -> Tensor:
+        """(h, T, S) float32 additive mask for T queries at positions offset..offset+T-1 and S keys
+        at 0..S-1: -m_h |i - j|, and -inf where j > i when causal."""
+        device = self.slopes.device
+        query = torch.arange(offset, offset + n_queries, device=device)[:, None]  # (T, 1)
+        distance = (query - torch.arange(n_keys, device=device)).float()  # (T, S): i - j
+        bias = -self.slopes.float()[:, None, None] * distance.abs()  # (h, T, S)
+        # -inf, not a large finite number: exact under any dtype cast, and no row is fully masked
+        # (a causal query sees its own key).
+        return bias.masked_fill(distance < 0, -math.inf) if causal else bias
+
+
+def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> nn.Embedding:
+    """Token table initialised N(0, std) with a zero padding row. std = d_model^-0.5 makes the
+    sqrt(d_model)-scaled lookup std 1; std = 1 is nn.Embedding's default."""
     table = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-    nn.init.normal_(table.weight, mean=0.0, std=d_model**-0.5)
+    nn.init.normal_(table.weight, mean=0.0, std=std)
     with torch.no_grad():
         table.weight[padding_idx].zero_()
     return table
@@ -114,9 +157,12 @@ def token_table(vocab_size: int, d_model: int, padding_idx: int) -> nn.Embedding
 class Seq2SeqEmbedding(nn.Module):
     """Source and target embeddings: lookup -> x sqrt(d_model) -> + positions -> dropout.
 
-    One positional module serves both sides (a learned table is shared by source and target).
-    With share_embeddings the target table is the source table itself, which also makes it the
-    model's output projection: three-way tying over one joint vocabulary.
+    pos_encoding serves both sides unless src_pos_encoding / tgt_pos_encoding override it. Sides
+    with the same encoding share one positional module, `positions` (a learned table is shared by
+    source and target); sides that differ get one each, `positions["src"]` and
+    `positions["tgt"]`. With share_embeddings the target table is the source table itself, which
+    also makes it the model's output projection when the model ties that: three-way tying over one
+    joint vocabulary. init_std is the token tables' init std (None: d_model^-0.5).
     """
 
     def __init__(
@@ -131,12 +177,23 @@ class Seq2SeqEmbedding(nn.Module):
         pos_encoding: str = "sinusoidal",
         scale_embedding: bool = True,
         share_embeddings: bool = False,
+        *,
+        src_pos_encoding: str | None = None,
+        tgt_pos_encoding: str | None = None,
+        init_std: float | None = None,
     ):
         super().__init__()
-        if pos_encoding not in POSITIONAL_ENCODINGS:
-            raise ValueError(
-                f"pos_encoding must be one of {sorted(POSITIONAL_ENCODINGS)}, got {pos_encoding!r}"
-            )
+        src_pos_encoding = pos_encoding if src_pos_encoding is None else src_pos_encoding
+        tgt_pos_encoding = pos_encoding if tgt_pos_encoding is None else tgt_pos_encoding
+        for argument, name in [
+            ("pos_encoding", pos_encoding),
+            ("src_pos_encoding", src_pos_encoding),
+            ("tgt_pos_encoding", tgt_pos_encoding),
+        ]:
+            if name not in POSITIONAL_ENCODINGS:
+                raise ValueError(
+                    f"{argument} must be one of {sorted(POSITIONAL_ENCODINGS)}, got {name!r}"
+                )
         if share_embeddings and (
             src_vocab_size != tgt_vocab_size or src_padding_idx != tgt_padding_idx
         ):
@@ -145,31 +202,61 @@ class Seq2SeqEmbedding(nn.Module):
                 f"got src_vocab_size={src_vocab_size}, tgt_vocab_size={tgt_vocab_size}, "
                 f"src_padding_idx={src_padding_idx}, tgt_padding_idx={tgt_padding_idx}"
             )
+        if init_std is not None and not init_std > 0:
+            raise ValueError(
+                f"init_std must be positive (or None for d_model^-0.5), got {init_std}"
+            )
         self.d_model = d_model
         self.max_seq_len = max_seq_len
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
-        self.src_tokens = token_table(src_vocab_size, d_model, src_padding_idx)
+        std = d_model**-0.5 if init_std is None else init_std
+        self.src_tokens = token_table(src_vocab_size, d_model, src_padding_idx, std)
         if share_embeddings:
             self.tgt_tokens = self.src_tokens
         else:
-            self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx)
-        self.positions = POSITIONAL_ENCODINGS[pos_encoding](max_seq_len, d_model)
+            self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx, std)
+        if src_pos_encoding == tgt_pos_encoding:
+            # One module, and the state_dict keys (positions.table.weight) models always had.
+            self.positions = POSITIONAL_ENCODINGS[src_pos_encoding](max_seq_len, d_model)
+        else:
+            self.positions = nn.ModuleDict(
+                {
+                    "src": POSITIONAL_ENCODINGS[src_pos_encoding](max_seq_len, d_model),
+                    "tgt": POSITIONAL_ENCODINGS[tgt_pos_encoding](max_seq_len, d_model),
+                }
+            )
         self.dropout = nn.Dropout(dropout)
 
     @property
+    def src_positions(self) -> nn.Module:
+        """The module adding source positions: (B, S, d_model), offset -> (B, S, d_model)."""
+        return (
+            self.positions["src"] if isinstance(self.positions, nn.ModuleDict) else self.positions
+        )
+
+    @property
+    def tgt_positions(self) -> nn.Module:
+        """The module adding target positions (the source's when both sides use one encoding)."""
+        return (
+            self.positions["tgt"] if isinstance(self.positions, nn.ModuleDict) else self.positions
+        )
+
+    @property
     def tgt_token_weight(self) -> nn.Parameter:
-        """(tgt_vocab, d_model): the target table, reused as the output projection."""
+        """(tgt_vocab, d_model): the target table, the output projection when the model ties it."""
         return self.tgt_tokens.weight
 
     def encode_source(self, ids: Tensor, offset: int = 0) -> Tensor:
         """(B, S) token ids at positions offset..offset+S-1 -> (B, S, d_model)."""
-        return self._embed(self.src_tokens, ids, offset)
+        return self._embed(self.src_tokens, self.src_positions, ids, offset)
 
     def encode_target(self, ids: Tensor, offset: int = 0) -> Tensor:
         """(B, T) token ids at positions offset..offset+T-1 -> (B, T, d_model)."""
-        return self._embed(self.tgt_tokens, ids, offset)
+        return self._embed(self.tgt_tokens, self.tgt_positions, ids, offset)
 
-    def _embed(self, tokens: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
+    def _embed(
+        self, tokens: nn.Embedding, positions: nn.Module, ids: Tensor, offset: int
+    ) -> Tensor:
         n_positions = offset + ids.size(1)
         if n_positions > self.max_seq_len:
             raise ValueError(
@@ -177,4 +264,4 @@ class Seq2SeqEmbedding(nn.Module):
                 f"exceeds max_seq_len={self.max_seq_len}"
             )
         x = tokens(ids) * self.scale  # (B, L, d_model)
-        return self.dropout(self.positions(x, offset))
+        return self.dropout(positions(x, offset))

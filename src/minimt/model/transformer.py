@@ -1,5 +1,6 @@
-"""Encoder-decoder Transformer (Vaswani et al., 2017), pre-LN by default, tied output layer."""
+"""Encoder-decoder Transformer (Vaswani et al., 2017), pre-LN and tied output layer by default."""
 
+import math
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minimt.model.embedding import RotaryPositions, Seq2SeqEmbedding
+from minimt.model.embedding import AlibiBias, RotaryPositions, Seq2SeqEmbedding
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -28,8 +29,11 @@ def attention(
 ) -> Tensor:
     """Scaled dot-product attention: q (B, h, T, d_k), k and v (B, h, S, d_k) -> (B, h, T, d_k).
 
-    mask is boolean and broadcasts to (B, h, T, S), True = may attend.
+    mask broadcasts to (B, h, T, S): boolean (True = may attend) or float (added to the logits,
+    -inf = may not attend; ALiBi's), which is rounded here to q's dtype, as SDPA requires.
     """
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(q.dtype)
     # On CPU the math path trains faster than the flash kernel at these short lengths
     # (docs/performance.md); GPUs choose freely.
     backend = sdpa_kernel(SDPBackend.MATH) if q.device.type == "cpu" else nullcontext()
@@ -143,9 +147,10 @@ class EncoderLayer(nn.Module):
         self.attn_residual = Residual(d_model, dropout, norm_first)
         self.ffn_residual = Residual(d_model, dropout, norm_first)
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        """x (B, S, d_model), src_mask (B, 1, 1, S) -> (B, S, d_model)."""
-        x = self.attn_residual(x, lambda h: self.self_attn(h, h, src_mask))
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x (B, S, d_model), mask (B, 1, 1, S) padding mask, or (B, h, S, S) float with ALiBi's
+        bias -> (B, S, d_model)."""
+        x = self.attn_residual(x, lambda h: self.self_attn(h, h, mask))
         return self.ffn_residual(x, self.ffn)
 
 
@@ -204,30 +209,42 @@ class DecoderLayer(nn.Module):
         self.cross_attn_residual = Residual(d_model, dropout, norm_first)
         self.ffn_residual = Residual(d_model, dropout, norm_first)
 
-    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+    def forward(
+        self, y: Tensor, memory: Tensor, src_mask: Tensor, self_mask: Tensor | None = None
+    ) -> Tensor:
         """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
 
         Self-attention is causal only: with right padding, real positions never see the target
-        pads that follow them, so no target padding mask is needed.
+        pads that follow them, so no target padding mask is needed. self_mask (h, T, T), ALiBi's
+        causal float mask, replaces is_causal (SDPA takes one or the other).
         """
-        y = self.self_attn_residual(y, lambda h: self.self_attn(h, h, is_causal=True))
+        y = self.self_attn_residual(
+            y, lambda h: self.self_attn(h, h, self_mask, is_causal=self_mask is None)
+        )
         y = self.cross_attn_residual(y, lambda h: self.cross_attn(h, memory, src_mask))
         return self.ffn_residual(y, self.ffn)
 
-    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, position: int) -> Tensor:
+    def step(
+        self,
+        y: Tensor,
+        cache: LayerCache,
+        src_mask: Tensor,
+        position: int,
+        self_mask: Tensor | None = None,
+    ) -> Tensor:
         """y (B, 1, d_model), the newest position only -> (B, 1, d_model); appends to cache.
 
         The one query may see every cached key (all earlier positions), so no causal mask: SDPA's
         is_causal aligns top-left when Lq != Lk and would hide all but the first key. Keys are
         cached as attended (rotated at their own positions under RoPE); the new query and key are
-        rotated at position.
+        rotated at position. self_mask (h, 1, position + 1): ALiBi's bias row for this query.
         """
 
         def self_attention(h: Tensor) -> Tensor:
             k, v = self.self_attn.keys_values(h, position)  # (B, h, 1, d_k)
             cache.self_k = torch.cat([cache.self_k, k], dim=2)  # (B, h, t + 1, d_k)
             cache.self_v = torch.cat([cache.self_v, v], dim=2)
-            return self.self_attn.attend(h, cache.self_k, cache.self_v, offset=position)
+            return self.self_attn.attend(h, cache.self_k, cache.self_v, self_mask, offset=position)
 
         y = self.self_attn_residual(y, self_attention)
         y = self.cross_attn_residual(
@@ -237,10 +254,12 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer whose output projection is the target embedding matrix.
+    """Encoder-decoder Transformer whose output projection is the target embedding matrix
+    (tie_output), or a matrix of its own.
 
     The sizes have no defaults (configs/model/ holds them); the embedding choices default as
-    Seq2SeqEmbedding's do.
+    Seq2SeqEmbedding's do. src_pos_encoding / tgt_pos_encoding (None: pos_encoding) choose each
+    side's positions; rope and alibi act on that side's self-attention only.
     """
 
     def __init__(
@@ -261,9 +280,15 @@ class Transformer(nn.Module):
         scale_embedding: bool = True,
         share_embeddings: bool = False,
         norm_first: bool = True,
+        src_pos_encoding: str | None = None,
+        tgt_pos_encoding: str | None = None,
+        init_std: float | None = None,
+        tie_output: bool = True,
     ):
         super().__init__()
         self.pad_id = pad_id
+        src_pos_encoding = pos_encoding if src_pos_encoding is None else src_pos_encoding
+        tgt_pos_encoding = pos_encoding if tgt_pos_encoding is None else tgt_pos_encoding
         self.embedding = Seq2SeqEmbedding(
             src_vocab_size,
             tgt_vocab_size,
@@ -275,17 +300,35 @@ class Transformer(nn.Module):
             pos_encoding=pos_encoding,
             scale_embedding=scale_embedding,
             share_embeddings=share_embeddings,
+            src_pos_encoding=src_pos_encoding,
+            tgt_pos_encoding=tgt_pos_encoding,
+            init_std=init_std,
         )
-        # One rotary module (tables only, no parameters) serves every self-attention layer.
-        rotary = (
-            RotaryPositions(max_seq_len, d_model // n_heads) if pos_encoding == "rope" else None
-        )
+        # tie_output=False: an own output matrix, initialised as fairseq's untied one.
+        self.output_weight = None
+        if not tie_output:
+            self.output_weight = nn.Parameter(torch.empty(tgt_vocab_size, d_model))
+            nn.init.normal_(self.output_weight, mean=0.0, std=d_model**-0.5)
+        # One rotary module (tables only, no parameters) serves every rotated self-attention
+        # layer; one ALiBi module (slopes only) biases every ALiBi side, its mask built once per
+        # forward (encode, decode, decode_step) and shared by the layers.
+        sides = (src_pos_encoding, tgt_pos_encoding)
+        rotary = RotaryPositions(max_seq_len, d_model // n_heads) if "rope" in sides else None
+        alibi = AlibiBias(n_heads) if "alibi" in sides else None
+        self.encoder_alibi = alibi if src_pos_encoding == "alibi" else None
+        self.decoder_alibi = alibi if tgt_pos_encoding == "alibi" else None
+        encoder_rotary = rotary if src_pos_encoding == "rope" else None
+        decoder_rotary = rotary if tgt_pos_encoding == "rope" else None
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, rotary)
+            EncoderLayer(
+                d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, encoder_rotary
+            )
             for _ in range(n_encoder_layers)
         )
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, rotary)
+            DecoderLayer(
+                d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, decoder_rotary
+            )
             for _ in range(n_decoder_layers)
         )
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
@@ -300,10 +343,13 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> Tensor:
         """(B, S) source ids -> memory (B, S, d_model)."""
-        src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
+        mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
+        if self.encoder_alibi is not None:
+            bias = self.encoder_alibi(src.size(1), src.size(1))  # (h, S, S)
+            mask = bias.masked_fill(~mask, -math.inf)  # (B, h, S, S)
         x = self.embedding.encode_source(src)  # (B, S, d_model)
         for layer in self.encoder_layers:
-            x = layer(x, src_mask)
+            x = layer(x, mask)
         return self.encoder_norm(x)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
@@ -312,9 +358,12 @@ class Transformer(nn.Module):
         src is only read for its padding mask.
         """
         src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
+        self_mask = None  # causal through SDPA's is_causal
+        if self.decoder_alibi is not None:
+            self_mask = self.decoder_alibi(tgt_in.size(1), tgt_in.size(1), causal=True)  # (h, T, T)
         y = self.embedding.encode_target(tgt_in)  # (B, T, d_model)
         for layer in self.decoder_layers:
-            y = layer(y, memory, src_mask)
+            y = layer(y, memory, src_mask, self_mask)
         return self.decoder_norm(y)
 
     def start_decoding(self, memory: Tensor, src: Tensor) -> DecoderCache:
@@ -335,15 +384,24 @@ class Transformer(nn.Module):
 
         Equals decode(prefix + tokens, ...)[:, -1:] without recomputing the prefix.
         """
-        y = self.embedding.encode_target(tokens, offset=cache.position)  # (B, 1, d_model)
+        position = cache.position
+        self_mask = None
+        if self.decoder_alibi is not None:
+            self_mask = self.decoder_alibi(1, position + 1, offset=position)  # (h, 1, position + 1)
+        y = self.embedding.encode_target(tokens, offset=position)  # (B, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
-            y = layer.step(y, layer_cache, cache.src_mask, cache.position)
+            y = layer.step(y, layer_cache, cache.src_mask, position, self_mask)
         cache.position += 1
         return self.decoder_norm(y)
 
+    @property
+    def output_matrix(self) -> Tensor:
+        """(tgt_vocab, d_model): the output projection, the target table itself when tied."""
+        return self.embedding.tgt_token_weight if self.output_weight is None else self.output_weight
+
     def project(self, hidden: Tensor) -> Tensor:
-        """(B, T, d_model) -> logits (B, T, tgt_vocab), through the target embedding matrix."""
-        return F.linear(hidden, self.embedding.tgt_token_weight)
+        """(B, T, d_model) -> logits (B, T, tgt_vocab), through the output matrix."""
+        return F.linear(hidden, self.output_matrix)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """(B, S) src, (B, T) tgt_in -> logits (B, T, tgt_vocab)."""

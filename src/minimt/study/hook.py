@@ -1,4 +1,5 @@
-"""The embedding study plugged into training: its TensorBoard views and joined-input scores.
+"""The embedding study plugged into training: its TensorBoard views and, when
+decoding.long_inputs is set, joined-input scores.
 
 scripts/train.py installs it when `views: true` (the default); `views=false` trains a plain model.
 """
@@ -25,8 +26,9 @@ ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each
 
 class StudyViews:
     """At each validation: positional table and similarity, token vs positional norms,
-    cross-attention of the first validation sentences. At the end: greedy scores with k test
-    sentences joined per input (metrics.json "long_inputs"), the Projector table, HPARAMS."""
+    cross-attention of the first validation sentences. At the end: the Projector table, HPARAMS,
+    and when `long_inputs` is not empty greedy scores with k test sentences joined per input
+    (metrics.json "long_inputs")."""
 
     def __init__(self, long_inputs: Sequence[int]):
         self.long_inputs = list(long_inputs)
@@ -40,8 +42,9 @@ class StudyViews:
         )
 
     def on_finish(self, run: RunContext, metrics: dict) -> None:
-        tests = run.data.splits.tests
-        metrics["long_inputs"] = score_long_inputs(run.translator, tests, self.long_inputs)
+        if self.long_inputs:
+            tests = run.data.splits.tests
+            metrics["long_inputs"] = score_long_inputs(run.translator, tests, self.long_inputs)
         views.log_embedding_projector(run.writer, run.model, run.data.tokenizers, metrics["steps"])
         views.log_hparams(run.writer, run.cfg, metrics)  # last: it flushes the writer first
 

@@ -10,21 +10,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from minimt.study.runs import Configuration
-
 Curve = list[tuple[int, float]]  # (step, value)
 
-# Colour by positional encoding, line style by (scale, share).
-LINE_STYLES = {(True, True): "-", (False, True): "--", (True, False): ":", (False, False): "-."}
-
-
-def line_style(configuration: Configuration, pes: Sequence[str]) -> dict:
-    """Plot keywords for one configuration's line: colour from its PE among `pes`."""
-    return {
-        "color": f"C{sorted(pes).index(configuration.pe) % 10}",
-        "linestyle": LINE_STYLES[(configuration.scale, configuration.share)],
-        "label": configuration.label,
-    }
+DPI = 150  # pixels per inch of the saved PNGs
 
 
 def mean_band(curves: Sequence[Curve]) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
@@ -35,19 +23,6 @@ def mean_band(curves: Sequence[Curve]) -> tuple[list[int], np.ndarray, np.ndarra
         len(curves), len(steps)
     )
     return steps, values.mean(0), values.min(0), values.max(0)
-
-
-def save_val_bleu(curves: dict[Configuration, list[Curve]], path: Path) -> None:
-    """Validation BLEU vs step: the mean over seeds, shaded from the lowest seed to the highest."""
-    figure, axes = _figure(1)
-    pes = sorted({c.pe for c in curves})
-    for configuration, seeds in curves.items():
-        style = line_style(configuration, pes)
-        steps, mean, low, high = mean_band(seeds)
-        axes[0].plot(steps, mean, **style)
-        axes[0].fill_between(steps, low, high, color=style["color"], alpha=0.15)
-    _finish(axes[0], "step", "validation BLEU (greedy)", "mean over seeds, band: min to max")
-    _save(figure, path)
 
 
 def save_test_bleu(rows: Sequence[dict], path: Path, test_set: str) -> None:
@@ -62,30 +37,10 @@ def save_test_bleu(rows: Sequence[dict], path: Path, test_set: str) -> None:
     _save(figure, path)
 
 
-def save_bleu_by_length(
-    by_length: dict[Configuration, list[dict]],
-    long_inputs: dict[Configuration, dict[int, dict]],
-    path: Path,
-) -> None:
-    """BLEU vs source-length bucket (left) and vs joined inputs of k sentences (right)."""
-    figure, (buckets, joined) = _figure(2)
-    pes = sorted({c.pe for c in by_length})
-    for configuration, rows in by_length.items():
-        style = line_style(configuration, pes)
-        if rows:
-            bleu = [np.nan if r["bleu"] is None else r["bleu"] for r in rows]
-            buckets.plot([r["bucket"] for r in rows], bleu, marker="o", **style)
-        scores = long_inputs[configuration]
-        if scores:
-            words = [s["mean_src_words"] for s in scores.values()]
-            joined.plot(words, [s["bleu"] for s in scores.values()], marker="o", **style)
-    _finish(buckets, "source length (words)", "test BLEU (beam)", "by source-length bucket")
-    _finish(joined, "mean source length (words)", "test BLEU (greedy)", "k sentences joined")
-    _save(figure, path)
-
-
 def _figure(columns: int) -> tuple[Figure, list[Axes]]:
-    figure = Figure(figsize=(6.5 * columns, 4.5), layout="constrained")
+    """Panels of 5 x 3.6 inches: at DPI, 750 pixels wide with 10 pt text, so a two-panel plot
+    scaled to a page's width (~900 pixels) still has legible labels."""
+    figure = Figure(figsize=(5.0 * columns, 3.6), layout="constrained")
     FigureCanvasAgg(figure)
     return figure, list(figure.subplots(1, columns, squeeze=False)[0])
 
@@ -100,7 +55,7 @@ def _finish(axes: Axes, xlabel: str, ylabel: str, title: str) -> None:
 
 
 def _save(figure: Figure, path: Path) -> None:
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=DPI)
 
 
 def save_time_to_bleu(curves: dict[str, list[tuple[float, float]]], path: Path) -> None:
@@ -109,4 +64,53 @@ def save_time_to_bleu(curves: dict[str, list[tuple[float, float]]], path: Path) 
     for name, points in curves.items():
         axes[0].plot([s / 60 for s, _ in points], [b for _, b in points], marker="o", label=name)
     _finish(axes[0], "training minutes", "validation BLEU (greedy)", "BLEU against wall-clock time")
+    _save(figure, path)
+
+
+def group_styles(groups: dict[str, str]) -> dict[str, dict]:
+    """Plot keywords per line label: colour by its group (e.g. the encoding), line style by its
+    rank within the group; `groups` maps label -> group in drawing order."""
+    names = sorted(set(groups.values()))
+    dashes = ["-", "--", ":", "-."]
+    styles, seen = {}, {name: 0 for name in names}
+    for label, group in groups.items():
+        colour = names.index(group) % 10
+        styles[label] = {
+            "color": f"C{colour}",
+            "linestyle": dashes[seen[group] % len(dashes)],
+            "label": label,
+        }
+        seen[group] += 1
+    return styles
+
+
+def save_seed_curves(
+    curves: dict[str, list[Curve]], groups: dict[str, str], path: Path, title: str
+) -> None:
+    """Validation BLEU vs step per labelled configuration: the mean over its seeds, shaded from
+    the lowest seed to the highest."""
+    figure, axes = _figure(1)
+    styles = group_styles(groups)
+    for label, seeds in curves.items():
+        steps, mean, low, high = mean_band(seeds)
+        axes[0].plot(steps, mean, **styles[label])
+        axes[0].fill_between(steps, low, high, color=styles[label]["color"], alpha=0.15)
+    _finish(axes[0], "step", "validation BLEU (greedy)", f"{title}: mean over seeds, min to max")
+    _save(figure, path)
+
+
+def save_bucket_curves(
+    panels: dict[str, dict[str, list[tuple[str, float | None]]]],
+    groups: dict[str, str],
+    path: Path,
+) -> None:
+    """BLEU vs length bucket: one panel per title, in each a line per label through its
+    (bucket, BLEU) points (None: no sentence in the bucket)."""
+    figure, axes = _figure(len(panels))
+    styles = group_styles(groups)
+    for ax, (title, lines) in zip(axes, panels.items(), strict=True):
+        for label, points in lines.items():
+            bleu = [np.nan if b is None else b for _, b in points]
+            ax.plot([bucket for bucket, _ in points], bleu, marker="o", **styles[label])
+        _finish(ax, "source length (words)", "test BLEU (beam)", title)
     _save(figure, path)

@@ -1,4 +1,5 @@
-"""The runs of a sweep directory: their embedding configuration, seed, metrics and curves."""
+"""The runs of a study: their configuration (data regime and embedding choices), seed and
+metrics, read from a Hydra sweep directory or from the collected runs (docs/study/runs)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,187 @@ from functools import cached_property
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from minimt.data.corpus import read_lines
 
 log = logging.getLogger(__name__)
 
+SHARE_LEVELS = ("all", "decoder", "none")  # embedding.share, most tied first
+TIED = {
+    "all": "source = target table = output projection",
+    "decoder": "target table = output projection",
+    "none": "no table shared",
+}
+LONG_PREFIX = "long_"  # the length split's held-out test sets: long_16-20, long_21-25, long_26+
 
-@dataclass(frozen=True, order=True)
-class Configuration:
-    """An embedding configuration; the runs of one configuration differ only by seed."""
 
-    pe: str
-    scale: bool
-    share: bool
+@dataclass(frozen=True)
+class DataRegime:
+    """What a run trains on: everything, the length split (sources of at most train_max_words
+    words), or a random subsample of train_subsample pairs (the length split's control when
+    long_tests_over holds the same long test sets out)."""
+
+    train_max_words: int | None = None
+    long_tests_over: int | None = None
+    train_subsample: int | None = None
+
+    @property
+    def is_control(self) -> bool:
+        return self.train_max_words is None and None not in (
+            self.long_tests_over,
+            self.train_subsample,
+        )
+
+    @property
+    def slug(self) -> str:
+        """full, length15, control15, or the keys that are set (over15_subsample500, ...)."""
+        if self.is_control:
+            return f"control{self.long_tests_over}"
+        parts = []
+        if self.train_max_words is not None:
+            parts.append(f"length{self.train_max_words}")
+        if self.long_tests_over not in (None, self.train_max_words):
+            parts.append(f"over{self.long_tests_over}")
+        if self.train_subsample is not None:
+            parts.append(f"subsample{self.train_subsample}")
+        return "_".join(parts) or "full"
 
     @property
     def label(self) -> str:
-        scaled = "scaled" if self.scale else "unscaled"
-        return f"{self.pe} {scaled} {'shared' if self.share else 'separate'}"
+        if self.is_control:
+            words = self.long_tests_over
+            size = self.train_subsample
+            pairs = "as many random pairs" if isinstance(size, str) else f"{size:,} random pairs"
+            return f"{pairs} as the length split trains on (control of <= {words} words)"
+        if self.slug == "full":
+            return "full data"
+        if self.slug == f"length{self.train_max_words}":
+            return f"length split (<= {self.train_max_words} words)"
+        return self.slug
+
+    def sort_key(self) -> tuple:
+        """Full data first, then each length split followed by its control."""
+        words = self.train_max_words if self.train_max_words is not None else self.long_tests_over
+        return (words is not None, words or 0, self.is_control, self.slug)
 
 
-BASELINE = Configuration("sinusoidal", scale=True, share=True)
+@dataclass(frozen=True)
+class Embedding:
+    """A run's embedding choices: pe.encoder, pe.decoder, embedding.scale, .share, .init_std."""
+
+    pe_encoder: str
+    pe_decoder: str
+    scale: bool
+    share: str
+    init_std: float | None
+
+    @property
+    def pe(self) -> str:
+        """The encoding's name, or `encoder/decoder` when the sides differ."""
+        if self.pe_encoder == self.pe_decoder:
+            return self.pe_encoder
+        return f"{self.pe_encoder}/{self.pe_decoder}"
+
+    @property
+    def slug(self) -> str:
+        """The encoding, then only what differs from the baseline (unscaled, share_none, init1)."""
+        if self.pe_encoder == self.pe_decoder:
+            parts = [self.pe_encoder]
+        else:
+            parts = [f"enc_{self.pe_encoder}", f"dec_{self.pe_decoder}"]
+        if not self.scale:
+            parts.append("unscaled")
+        if self.share != "all":
+            parts.append(f"share_{self.share}")
+        if self.init_std is not None:
+            parts.append(f"init{self.init_std:g}")
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        if self.pe_encoder == self.pe_decoder:
+            parts = [self.pe_encoder]
+        else:
+            parts = [f"{self.pe_encoder} encoder / {self.pe_decoder} decoder"]
+        parts.append("scaled" if self.scale else "unscaled")
+        parts.append("untied" if self.share == "none" else f"tied {self.share}")
+        if self.init_std is not None:
+            parts.append(f"init std {self.init_std:g}")
+        return ", ".join(parts)
+
+    def sort_key(self) -> tuple:
+        """The baseline first, then by encoding, scale, tying and init."""
+        return (
+            self != BASELINE_EMBEDDING,
+            self.pe_encoder,
+            self.pe_decoder,
+            not self.scale,
+            SHARE_LEVELS.index(self.share),
+            self.init_std is not None,
+            self.init_std or 0.0,
+        )
+
+
+BASELINE_EMBEDDING = Embedding("sinusoidal", "sinusoidal", True, "all", None)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A data regime and embedding choices; the runs of one configuration differ only by seed."""
+
+    regime: DataRegime
+    embedding: Embedding
+
+    @property
+    def slug(self) -> str:
+        """Its folder name in docs/study/runs: length15-alibi, full-sinusoidal-unscaled-init1."""
+        return f"{self.regime.slug}-{self.embedding.slug}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.embedding.label}; {self.regime.label}"
+
+    @property
+    def baseline(self) -> Configuration:
+        """Its regime's baseline: sinusoidal both sides, scaled, tied all, default init."""
+        return Configuration(self.regime, BASELINE_EMBEDDING)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.embedding == BASELINE_EMBEDDING
+
+    def sort_key(self) -> tuple:
+        return (self.regime.sort_key(), self.embedding.sort_key())
+
+
+def setting(cfg: DictConfig, key: str):
+    """The value of a dotted key, or None where the config lacks it (saved before the key
+    existed)."""
+    return OmegaConf.select(cfg, key, default=None)
+
+
+def configuration_of(cfg: DictConfig) -> Configuration:
+    """The configuration of a run's resolved config. Runs saved before the study's new keys get
+    their defaults: pe.encoder and pe.decoder = pe.name, embedding.share true = all and
+    false = decoder, init_std null, no length split."""
+    share = cfg.embedding.share
+    if isinstance(share, bool):
+        share = "all" if share else "decoder"
+    init_std = setting(cfg, "embedding.init_std")
+    return Configuration(
+        DataRegime(
+            setting(cfg, "data.train_max_words"),
+            setting(cfg, "data.long_tests_over"),
+            setting(cfg, "data.train_subsample"),
+        ),
+        Embedding(
+            setting(cfg, "pe.encoder") or cfg.pe.name,
+            setting(cfg, "pe.decoder") or cfg.pe.name,
+            bool(cfg.embedding.scale),
+            share,
+            None if init_std is None else float(init_std),
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -42,25 +204,26 @@ class Run:
     def config(self) -> DictConfig:
         return OmegaConf.create(self.metrics["config"])
 
-    @property
+    @cached_property
     def configuration(self) -> Configuration:
-        cfg = self.config
-        return Configuration(cfg.pe.name, bool(cfg.embedding.scale), bool(cfg.embedding.share))
+        return configuration_of(self.config)
 
     @property
     def seed(self) -> int:
         return self.config.trainer.seed
 
+    @property
+    def test_sets(self) -> list[str]:
+        """The test sets it was scored on, in metrics.json order (the headline first)."""
+        return list(self.metrics["test"])
+
     def hyps(self, test_set: str) -> list[str] | None:
         """The saved beam hypotheses of a test set, or None when the file is missing."""
         path = self.dir / f"hyps.{test_set}.txt"
-        return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+        return read_lines(path) if path.is_file() else None
 
     def val_bleu_curve(self) -> list[tuple[int, float]]:
-        """(step, validation BLEU) from the TensorBoard events, else from metrics.json."""
-        events = EventAccumulator(str(self.dir), size_guidance={"scalars": 0}).Reload()
-        if "val/bleu" in events.Tags()["scalars"]:
-            return [(e.step, e.value) for e in events.Scalars("val/bleu")]
+        """(step, validation BLEU) of every validation (metrics.json val_history)."""
         return [(h["step"], h["bleu"]) for h in self.metrics["val_history"]]
 
 
@@ -70,23 +233,28 @@ class Sweep:
     skipped: list[tuple[Path, str]]  # (run directory, why it is left out)
 
 
-def load_sweep(sweep_dir: Path, test_set: str) -> Sweep:
+def load_sweep(sweep_dir: Path, test_set: str | None = None) -> Sweep:
     """Every run directory below `sweep_dir` (one holding metrics.json or Hydra's .hydra/):
-    finished runs scored on `test_set`, and the others with the reason they are skipped."""
+    finished runs (scored on `test_set` when given), and the others with the reason they are
+    skipped. Of two runs with the same configuration and seed the first (by path) is kept."""
     dirs = {p.parent for p in sweep_dir.rglob("metrics.json")}
     dirs |= {p.parent for p in sweep_dir.rglob(".hydra") if p.is_dir()}
     sweep = Sweep(runs=[], skipped=[])
+    kept: dict[tuple[Configuration, int], Path] = {}
     for run_dir in sorted(dirs):
         run, reason = _load_run(run_dir, test_set)
-        if run is None:
-            log.warning("skipping %s: %s", run_dir, reason)
-            sweep.skipped.append((run_dir, reason))
-        else:
-            sweep.runs.append(run)
+        if run is not None:
+            first = kept.setdefault((run.configuration, run.seed), run_dir)
+            if first == run_dir:
+                sweep.runs.append(run)
+                continue
+            reason = f"same configuration and seed as {first.relative_to(sweep_dir)}"
+        log.warning("skipping %s: %s", run_dir, reason)
+        sweep.skipped.append((run_dir, reason))
     return sweep
 
 
-def _load_run(run_dir: Path, test_set: str) -> tuple[Run | None, str]:
+def _load_run(run_dir: Path, test_set: str | None) -> tuple[Run | None, str]:
     """The run, or None and why it cannot be reported."""
     path = run_dir / "metrics.json"
     if not path.is_file():
@@ -97,6 +265,63 @@ def _load_run(run_dir: Path, test_set: str) -> tuple[Run | None, str]:
         return None, f"metrics.json is not valid JSON ({error})"
     if "config" not in metrics:
         return None, 'metrics.json has no "config"'
-    if test_set not in metrics.get("test", {}):
+    if not metrics.get("test"):
+        return None, "metrics.json has no test score"
+    if test_set is not None and test_set not in metrics["test"]:
         return None, f"metrics.json has no {test_set} score"
     return Run(run_dir, metrics), ""
+
+
+def collected_dir(dest: Path, run: Run) -> Path:
+    """Where collect_runs keeps a run: DEST/<configuration slug>/seed<k>."""
+    return dest / run.configuration.slug / f"seed{run.seed}"
+
+
+def is_collected(sweep_dir: Path, runs: list[Run]) -> bool:
+    """Whether every run sits where collect_runs puts it under `sweep_dir`."""
+    return all(run.dir == collected_dir(sweep_dir, run) for run in runs)
+
+
+def collected_files(run: Run) -> dict[str, bytes]:
+    """The files collect_runs keeps of a run: metrics.json, config.yaml (its resolved config)
+    and hyps.*.txt (the test hypotheses)."""
+    files = {
+        "metrics.json": (run.dir / "metrics.json").read_bytes(),
+        "config.yaml": OmegaConf.to_yaml(run.config).encode("utf-8"),
+    }
+    for path in sorted(run.dir.glob("hyps.*.txt")):
+        files[path.name] = path.read_bytes()
+    return files
+
+
+def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
+    """Copy each finished run under `sweep_dir` into collected_dir(dest, run); returns
+    (destination, "copied" | "unchanged" | "replaced") per run. A run already there with the
+    same files is left alone; one whose files differ is replaced, with a warning."""
+    done = []
+    for run in load_sweep(sweep_dir).runs:
+        target, files = collected_dir(dest, run), collected_files(run)
+        present = _kept_files(target)
+        if present == files:
+            done.append((target, "unchanged"))
+            continue
+        if present:
+            log.warning("%s differs from %s: replacing it", target, run.dir)
+            for name in present:
+                (target / name).unlink()
+        target.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (target / name).write_bytes(content)
+        done.append((target, "replaced" if present else "copied"))
+    return done
+
+
+def _kept_files(target: Path) -> dict[str, bytes]:
+    if not target.is_dir():
+        return {}
+    names = ("metrics.json", "config.yaml")
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(target.iterdir())
+        if p.name in names or (p.name.startswith("hyps.") and p.name.endswith(".txt"))
+    }

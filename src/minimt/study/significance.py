@@ -1,12 +1,97 @@
-"""Paired significance of a BLEU difference: sacreBLEU's paired bootstrap resampling."""
+"""Is a configuration better than its baseline? Seed-paired t statistics, Holm's correction, a
+verdict, and sacreBLEU's paired bootstrap resampling for one pair of runs."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
+from scipy import stats
+
+ALPHA = 0.05  # better / worse: Holm-corrected p below this and the 95% interval excludes 0
+MARGIN = 0.5  # equivalent: the 90% interval inside +-MARGIN BLEU (two one-sided tests at ALPHA)
+VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """System minus baseline over seeds paired by trainer.seed; intervals are (low, high)."""
+
+    seeds: int  # paired seeds n; with fewer than 2 there is no interval and no p-value
+    mean: float  # mean of the n differences
+    ci95: tuple[float, float] | None  # Student t interval, n - 1 degrees of freedom
+    ci90: tuple[float, float] | None  # the interval of the two one-sided tests (TOST)
+    p_value: float | None  # two-sided paired t-test of mean difference = 0
+
+
+def t_interval(differences: Sequence[float], level: float) -> tuple[float, float]:
+    """The `level` confidence interval of the mean: mean +- t_{(1+level)/2, n-1} * sd / sqrt(n)."""
+    n = len(differences)
+    half = float(stats.t.ppf((1 + level) / 2, n - 1)) * statistics.stdev(differences) / math.sqrt(n)
+    mean = statistics.fmean(differences)
+    return mean - half, mean + half
+
+
+def paired_t_p_value(differences: Sequence[float]) -> float:
+    """Two-sided p of the paired t-test; differences without spread give 0 (all equal, nonzero)
+    or 1 (all zero), the limits of t = mean / (sd / sqrt(n))."""
+    mean, sd = statistics.fmean(differences), statistics.stdev(differences)
+    if sd == 0:
+        return 1.0 if mean == 0 else 0.0
+    t = mean / (sd / math.sqrt(len(differences)))
+    return float(2 * stats.t.sf(abs(t), len(differences) - 1))
+
+
+def paired_difference(baseline: Sequence[float], system: Sequence[float]) -> PairedDifference:
+    """The seed-paired difference of two score lists aligned by seed (baseline[i] and system[i]
+    come from the same trainer.seed)."""
+    if len(baseline) != len(system) or not baseline:
+        raise ValueError(
+            f"{len(baseline)} baseline and {len(system)} system scores: give one pair per seed"
+        )
+    differences = [s - b for b, s in zip(baseline, system, strict=True)]
+    if len(differences) < 2:
+        return PairedDifference(len(differences), differences[0], None, None, None)
+    return PairedDifference(
+        seeds=len(differences),
+        mean=statistics.fmean(differences),
+        ci95=t_interval(differences, 0.95),
+        ci90=t_interval(differences, 0.90),
+        p_value=paired_t_p_value(differences),
+    )
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: the i-th smallest p times
+    (m - i + 1), made non-decreasing in that order, capped at 1."""
+    m = len(p_values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def verdict(difference: PairedDifference, holm_p: float | None) -> str:
+    """better / worse when the Holm p < ALPHA and the 95% interval excludes 0; else equivalent
+    when the 90% interval lies inside +-MARGIN; else (and below 2 seeds) inconclusive.
+
+    A small difference measured precisely can pass both: it is then called better or worse.
+    """
+    if difference.seeds < 2 or holm_p is None:
+        return "inconclusive"
+    low, high = difference.ci95
+    if holm_p < ALPHA and (low > 0 or high < 0):
+        return "better" if difference.mean > 0 else "worse"
+    low, high = difference.ci90
+    if -MARGIN < low and high < MARGIN:
+        return "equivalent"
+    return "inconclusive"
 
 
 @dataclass(frozen=True)

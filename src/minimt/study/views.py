@@ -18,22 +18,47 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 from torch.utils.tensorboard import SummaryWriter
 
+from minimt.config import SHARE_LEVELS, canonical_share
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
+from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import MultiHeadAttention, Transformer
+
+FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when TensorBoard scales it
+
+# Every value each named hyperparameter can take: TensorBoard offers them as checkboxes.
+HPARAM_DOMAINS = {
+    "pe": list(POSITIONAL_ENCODINGS),
+    "pe.encoder": list(POSITIONAL_ENCODINGS),
+    "pe.decoder": list(POSITIONAL_ENCODINGS),
+    "scale": ["false", "true"],
+    "share": list(SHARE_LEVELS),
+}
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
-    """One row of the HPARAMS tab: the embedding choices and optimiser settings -> the scores.
+    """One row of the HPARAMS tab: the embedding choices, data and optimiser settings -> scores.
+
+    Booleans and names are strings with their discrete domain (HPARAM_DOMAINS): TensorBoard
+    reads the columns and their filters from one run's declaration, so every run declares
+    every possible value (a bool would show as 1.0000 with a numeric filter). Optional numbers
+    are strings too ("all" for null), since a missing value would drop the column.
 
     metrics is what training writes to metrics.json: best_val_bleu, the validation loss at that
-    step and the first test set's BLEU (left out when there is none). Written into the writer's
-    own folder, so TensorBoard pairs the row with the run's curves; the writer is flushed first
-    because the row goes to a second event file there: call this last.
+    step and the first test set's BLEU (left out when there is none; test_average's as well
+    when there is one). Written into the writer's own folder, so TensorBoard pairs the row with
+    the run's curves; the writer is flushed first because the row goes to a second event file
+    there: call this last.
     """
+    init_std = cfg.embedding.init_std
     hparams = {
         "pe": cfg.pe.name,
-        "scale": cfg.embedding.scale,
-        "share": cfg.embedding.share,
+        "pe.encoder": cfg.pe.encoder,
+        "pe.decoder": cfg.pe.decoder,
+        "scale": str(cfg.embedding.scale).lower(),
+        "share": canonical_share(cfg.embedding.share),
+        "init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
+        "train_max_words": optional_number(cfg.data.train_max_words),
+        "train_subsample": optional_number(cfg.data.train_subsample),
         "seed": cfg.trainer.seed,
         "lr": cfg.trainer.lr,
         "warmup_steps": cfg.trainer.warmup_steps,
@@ -45,10 +70,16 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
     scores = {"hparam/best_val_bleu": metrics["best_val_bleu"]}
     if best:
         scores["hparam/val_loss"] = best[0]["loss"]
-    if metrics["test"]:
-        scores["hparam/test_bleu"] = next(iter(metrics["test"].values()))["bleu"]
+    for key in ("test", "test_average"):
+        if metrics.get(key):
+            scores[f"hparam/{key}_bleu"] = next(iter(metrics[key].values()))["bleu"]
     writer.flush()
-    writer.add_hparams(hparams, scores, run_name=".", global_step=metrics["steps"])
+    writer.add_hparams(hparams, scores, HPARAM_DOMAINS, run_name=".", global_step=metrics["steps"])
+
+
+def optional_number(value: int | None) -> str:
+    """An optional size as an HPARAMS string: "all" for null (no limit), else the number."""
+    return "all" if value is None else str(value)
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
@@ -85,13 +116,16 @@ def log_embedding_projector(
     writer.add_embedding(table, metadata=labels, global_step=step, tag="tgt_tokens")
 
 
-def positional_table(model: Transformer) -> Tensor | None:
-    """(max_seq_len, d_model) table the positional module adds, or None when it adds none.
+def positional_table(model: Transformer, side: str = "src") -> Tensor | None:
+    """(max_seq_len, d_model) table the positional module of side "src" or "tgt" adds, or None
+    when it adds none.
 
-    Sinusoidal keeps it in a `table` buffer, learned in `table.weight`; `none` and RoPE (which
-    rotates queries and keys instead of adding to the input) have no such table.
+    Sinusoidal keeps it in a `table` buffer, learned in `table.weight`; `none`, RoPE and ALiBi
+    (which act on attention instead of adding to the input) have no such table.
     """
-    table = getattr(model.embedding.positions, "table", None)
+    embedding = model.embedding
+    module = embedding.src_positions if side == "src" else embedding.tgt_positions
+    table = getattr(module, "table", None)
     if isinstance(table, nn.Embedding):
         table = table.weight
     is_table = isinstance(table, Tensor) and table.dim() == 2
@@ -111,19 +145,25 @@ def log_positional_views(
     """Images of the positional table (positions x dims) and of its (P, P) cosine similarity.
 
     Sinusoidal: fixed bands, similarity falling off with distance; learned: what training made
-    of it (positions beyond the training lengths stay at their random init). Nothing is written
-    when the positional module adds no table (`none`, RoPE).
+    of it (positions beyond the training lengths stay at their random init). Sides with one
+    encoding share one module, drawn under positions/; sides that differ are drawn under
+    positions/src/ and positions/tgt/. A side whose module adds no table (`none`, RoPE, ALiBi) is
+    not drawn.
     """
-    table = positional_table(model)
-    if table is None:
-        return
-    table = table[:max_positions].float().cpu()  # (P, d_model)
-    limit = table.abs().max().item()
-    figure = heatmap(table, "positional table", "dimension", "position", -limit, limit)
-    writer.add_figure("positions/table", figure, step)
-    similarity = cosine_similarity_matrix(table)  # (P, P)
-    figure = heatmap(similarity, "cosine similarity", "position", "position", -1.0, 1.0)
-    writer.add_figure("positions/cosine_similarity", figure, step)
+    embedding = model.embedding
+    shared = embedding.src_positions is embedding.tgt_positions
+    sides = {"positions": "src"} if shared else {"positions/src": "src", "positions/tgt": "tgt"}
+    for prefix, side in sides.items():
+        table = positional_table(model, side)
+        if table is None:
+            continue
+        table = table[:max_positions].float().cpu()  # (P, d_model)
+        limit = table.abs().max().item()
+        figure = heatmap(table, "positional table", "dimension", "position", -limit, limit)
+        writer.add_figure(f"{prefix}/table", figure, step)
+        similarity = cosine_similarity_matrix(table)  # (P, P)
+        figure = heatmap(similarity, "cosine similarity", "position", "position", -1.0, 1.0)
+        writer.add_figure(f"{prefix}/cosine_similarity", figure, step)
 
 
 @torch.no_grad()
@@ -131,14 +171,15 @@ def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, 
     """Mean L2 norm over the real tokens of src (B, S) of the embedding's two parts.
 
     embedding/token_norm: the lookup times the scale (sqrt(d_model) or 1);
-    embedding/position_norm: what the positional module adds to it (0 for `none` and RoPE);
+    embedding/position_norm: what the source's positional module adds to it (0 for `none`, RoPE
+    and ALiBi);
     embedding/token_to_position: their ratio, when the positional part is not 0. Scaling decides
     which part dominates the sum the first layer sees.
     """
     embedding = model.embedding
     src = src.to(embedding.tgt_token_weight.device)
     tokens = embedding.src_tokens(src) * embedding.scale  # (B, S, d_model)
-    positional = embedding.positions(tokens, 0) - tokens  # (B, S, d_model)
+    positional = embedding.src_positions(tokens, 0) - tokens  # (B, S, d_model)
     real = src != model.pad_id  # (B, S)
     token_norm = tokens.norm(dim=-1)[real].mean().item()
     position_norm = positional.norm(dim=-1)[real].mean().item()
@@ -232,11 +273,16 @@ def heatmap(
     xticklabels: list[str] | None = None,
     yticklabels: list[str] | None = None,
 ) -> Figure:
-    """(H, W) values as a small colour-mapped figure on [vmin, vmax] (a diverging map when vmin
-    is negative); tick labels one per cell when given."""
+    """(H, W) values as a colour-mapped figure on [vmin, vmax] (a diverging map when vmin is
+    negative); tick labels one per cell when given.
+
+    Drawn for reading at FIGURE_DPI: a few inches wide with 9-10 pt text, so that the text stays
+    legible when TensorBoard fits the image into its card; with token labels each cell gets
+    0.2 inch, room for an 8 pt label (shown full size with the card's "actual size" button).
+    """
     rows, cols = values.shape
-    size = (3 + 0.2 * cols, 1.5 + 0.2 * rows) if xticklabels else (6.0, 4.5)
-    figure = Figure(figsize=size, dpi=72, layout="constrained")
+    size = (2.2 + 0.2 * cols, 1.4 + 0.2 * rows) if xticklabels else (4.2, 3.2)
+    figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
     ax = figure.add_subplot()
     image = ax.imshow(
         values.numpy(),
@@ -246,8 +292,12 @@ def heatmap(
         aspect="auto",
         interpolation="nearest",
     )
-    figure.colorbar(image, ax=ax)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    colorbar = figure.colorbar(image, ax=ax)
+    colorbar.ax.tick_params(labelsize=9)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.tick_params(labelsize=9)
     if xticklabels:
         ax.set_xticks(range(cols), xticklabels, rotation=90, fontsize=8)
     if yticklabels:

@@ -41,25 +41,33 @@ def score(
 
 def validate(
     translator: Translator, val_pairs: Pairs, val_batches: BatchedPairs, autocast: torch.autocast
-) -> tuple[float, CorpusScores]:
-    """Validation NLL per target token, and corpus scores of cached greedy decoding."""
+) -> tuple[float, CorpusScores, list[str]]:
+    """Validation NLL per target token, corpus scores of cached greedy decoding, and its
+    hypotheses (one per pair of val_pairs)."""
     nll = validation_nll(translator.model, val_batches, autocast)
-    scores, _ = score(translator, val_pairs, beam=1, length_penalty=1.0)
-    return nll, scores
+    scores, hyps = score(translator, val_pairs, beam=1, length_penalty=1.0)
+    return nll, scores, hyps
 
 
 def score_test_sets(
-    translator: Translator, tests: dict[str, Pairs], beam: int, length_penalty: float, out: Path
+    translator: Translator,
+    tests: dict[str, Pairs],
+    beam: int,
+    length_penalty: float,
+    out: Path,
+    suffix: str = "",
 ) -> dict[str, dict]:
-    """Scores per test set with beam decoding (hypotheses written to out/hyps.<name>.txt)."""
+    """Scores per test set with beam decoding (hypotheses written to out/hyps.<name><suffix>.txt,
+    e.g. suffix ".average")."""
     results = {}
     for name, pairs in tests.items():
         scores, hyps = score(translator, pairs, beam, length_penalty)
-        (out / f"hyps.{name}.txt").write_text("".join(h + "\n" for h in hyps))
+        (out / f"hyps.{name}{suffix}.txt").write_text("".join(h + "\n" for h in hyps))
         results[name] = {**scores.as_dict(), "beam": beam, "length_penalty": length_penalty}
         log.info(
-            "%s (beam %d): BLEU %.2f chrF %.2f | %s",
+            "%s%s (beam %d): BLEU %.2f chrF %.2f | %s",
             name,
+            suffix,
             beam,
             scores.bleu,
             scores.chrf,

@@ -18,6 +18,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import (
+    average_last_checkpoints,
     load_checkpoint,
     load_weights,
     resume_checkpoint,
@@ -32,7 +33,14 @@ from minimt.train.epochs import step_batches
 from minimt.train.evaluation import score_test_sets, validate
 from minimt.train.hooks import Hook, RunContext
 from minimt.train.interrupt import StopRequest
-from minimt.train.progress import Window, log_scalars, log_start, log_window, progress_bar
+from minimt.train.progress import (
+    Window,
+    log_samples,
+    log_scalars,
+    log_start,
+    log_window,
+    progress_bar,
+)
 from minimt.train.state import (
     Clock,
     TrainState,
@@ -41,6 +49,7 @@ from minimt.train.state import (
     weights_dict,
 )
 from minimt.train.step import Training, build_training, train_step
+from minimt.train.stopping import patience_reached
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -116,13 +125,21 @@ def run_training(
                 break
             local_tokens = sum(b.num_tgt_tokens for b in batches)
             late = clock.elapsed() >= trainer.max_minutes * 60
-            tokens, signalled, late = dist.sum(
-                [local_tokens, stop.signal is not None, late], device
+            converged = (  # rank 0 alone validates: its history decides for every process
+                patience_reached(state.val_history, trainer.patience, trainer.min_delta)
+                if dist.is_main
+                else None
+            )
+            tokens, signalled, late, stop_early = dist.sum(
+                [local_tokens, stop.signal is not None, late, converged is not None], device
             )
             if signalled or late:
                 interrupted = bool(signalled)
                 signal_name = stop.signal or "a signal to another process"
                 reason = signal_name if signalled else "trainer.max_minutes reached"
+                break
+            if stop_early:
+                reason = converged or "trainer.patience reached (rank 0's validations)"
                 break
             batches = [b.to(device) for b in batches]
             loss_sum, grad_norm, applied = train_step(
@@ -163,7 +180,7 @@ def run_training(
             save_step(ckpt_dir, training, state, clock, cfg, dist)
         if not dist.is_main:
             return None
-        return finish(run, state, clock, hooks, dist.world_size)
+        return finish(run, state, clock, hooks, dist.world_size, reason)
 
 
 def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> None:
@@ -198,15 +215,19 @@ def check_nonfinite(
 def validate_and_keep_best(
     run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
 ) -> None:
-    """Rank 0: val loss and greedy BLEU logged, the hooks called, best.pt when BLEU improves."""
+    """Rank 0: val loss, greedy BLEU and sample translations logged, the hooks called, best.pt
+    when BLEU improves."""
     seconds = clock.elapsed()  # the validation itself not included
     data = run.data
-    nll, scores = validate(run.translator, data.splits.val, data.val_batches, training.autocast)
+    nll, scores, hyps = validate(
+        run.translator, data.splits.val, data.val_batches, training.autocast
+    )
     state.val_history.append(
         {"step": state.step, "seconds": seconds, "loss": nll, "bleu": scores.bleu}
     )
     values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu, "chrf": scores.chrf}
     log_scalars(run.writer, "val", values, state.step)
+    log_samples(run.writer, data.splits.val, hyps, state.step)
     log.info(
         "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
         state.step,
@@ -235,31 +256,30 @@ def save_step(
 
 
 def finish(
-    run: RunContext, state: TrainState, clock: Clock, hooks: Sequence[Hook], world_size: int
+    run: RunContext,
+    state: TrainState,
+    clock: Clock,
+    hooks: Sequence[Hook],
+    world_size: int,
+    stop_reason: str,
 ) -> dict:
-    """Rank 0: score the best checkpoint on the test sets, write metrics.json, call the hooks."""
+    """Rank 0: score the best checkpoint on the test sets (and, with trainer.average_last, the
+    average of the last step checkpoints), write metrics.json, call the hooks."""
     cfg = run.cfg
     state.train_seconds = clock.elapsed()
+    ckpt_dir = run.run_dir / "checkpoints"
+    extra = {}
+    if cfg.trainer.average_last:  # before best.pt, so that the hooks see the best weights
+        averaged = average_last_checkpoints(ckpt_dir, cfg.trainer.average_last)
+        extra["averaged_from"] = load_checkpoint(averaged)["averaged_from"]
+        log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
+        extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
     log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
-    best = run.run_dir / "checkpoints" / "best.pt"
-    load_weights(run.model, load_checkpoint(best)["model"], best)
-    decoding = cfg.decoding
-    tests = score_test_sets(
-        run.translator,
-        run.data.splits.tests,
-        decoding.test_beam,
-        decoding.length_penalty,
-        run.run_dir,
-    )
-    for i, (name, result) in enumerate(tests.items()):  # the first test set is the headline
-        result["checkpoint"] = "best"
-        prefix = "test" if i == 0 else f"test/{name}"
-        log_scalars(
-            run.writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, state.step
-        )
+    tests = score_checkpoint(run, ckpt_dir / "best.pt", "test", state.step)
     metrics = {
         "steps": state.step,
         "epochs_completed": state.epoch,
+        "stop_reason": stop_reason,
         "precision": run.translator.precision,
         "world_size": world_size,
         "accumulate": cfg.trainer.accumulate,
@@ -269,10 +289,12 @@ def finish(
         "tokens_per_step": state.tgt_tokens / max(state.step, 1),
         "skipped_steps": state.skipped_steps,
         "num_parameters": run.model.num_parameters(),
+        "data": getattr(run.data, "summary", {}),
         "best_val_bleu": state.best_val_bleu,
         "best_step": state.best_step,
         "val_history": state.val_history,
         "test": tests,
+        **extra,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     save_json(run.run_dir / "metrics.json", metrics)  # safe whatever a hook does next
@@ -280,3 +302,28 @@ def finish(
         hook.on_finish(run, metrics)
     save_json(run.run_dir / "metrics.json", metrics)
     return metrics
+
+
+def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[str, dict]:
+    """Load the weights at `path` into the model and score every test set with beam search.
+
+    `key` is "test" (hypotheses in hyps.<name>.txt) or "test_average" (hyps.<name>.average.txt);
+    TensorBoard gets <key>/bleu and <key>/chrf for the first test set (the headline) and
+    <key>/<name>/... for the others.
+    """
+    load_weights(run.model, load_checkpoint(path)["model"], path)
+    decoding = run.cfg.decoding
+    suffix = {"test": "", "test_average": ".average"}[key]
+    tests = score_test_sets(
+        run.translator,
+        run.data.splits.tests,
+        decoding.test_beam,
+        decoding.length_penalty,
+        run.run_dir,
+        suffix,
+    )
+    for i, (name, result) in enumerate(tests.items()):
+        result["checkpoint"] = path.stem
+        prefix = key if i == 0 else f"{key}/{name}"
+        log_scalars(run.writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, step)
+    return tests

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -13,10 +14,13 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from minimt.data.corpus import Pairs
 from minimt.train.state import TrainState
 from minimt.train.step import Training
 
 log = logging.getLogger(__name__)
+
+SAMPLES = 3  # validation sentences shown as text at each validation
 
 
 def progress_bar(total: int, initial: int, show: bool) -> tqdm:
@@ -92,3 +96,24 @@ def log_window(
         state.epoch + 1,
         *values.values(),
     )
+
+
+def markdown_cell(text: str) -> str:
+    """`text` as literal markdown table-cell content (its own markup characters escaped)."""
+    return "".join("\\" + c if c in "\\`*_[]|" else c for c in text)
+
+
+def samples_table(sources: Sequence[str], references: Sequence[str], hyps: Sequence[str]) -> str:
+    """A markdown table with one row per sentence: its source, reference and hypothesis."""
+    rows = ["| | source | reference | hypothesis |", "|---|---|---|---|"]
+    for i, triple in enumerate(zip(sources, references, hyps, strict=True), start=1):
+        rows.append(f"| {i} | " + " | ".join(markdown_cell(text) for text in triple) + " |")
+    return "\n".join(rows)
+
+
+def log_samples(writer: SummaryWriter, pairs: Pairs, hyps: Sequence[str], step: int) -> None:
+    """val/samples: the first SAMPLES validation sentences as source / reference / hypothesis
+    (TensorBoard's TEXT tab, one table per validation)."""
+    sources, references = pairs
+    table = samples_table(sources[:SAMPLES], references[:SAMPLES], hyps[:SAMPLES])
+    writer.add_text("val/samples", table, step)

@@ -20,7 +20,7 @@ from minimt.checkpoint import (
     remove_old_checkpoints,
     save_checkpoint,
 )
-from minimt.config import RESUME_KEYS
+from minimt.config import resume_mismatches
 from minimt.model.transformer import Transformer
 from minimt.train.distributed import Distributed
 from minimt.train.step import Training
@@ -115,7 +115,7 @@ def resume_training(
             f"{path} holds model weights only (best.pt / averaged.pt): resume from the run "
             "directory or one of its checkpoints/step_<N>.pt"
         )
-    problems = config_mismatches(saved["config"], cfg, RESUME_KEYS)
+    problems = resume_mismatches(saved["config"], cfg)
     if problems:
         raise CheckpointMismatch(
             f"cannot resume from {path}: these settings differ from the checkpoint's "

@@ -1,0 +1,164 @@
+"""The embedding study's config keys (pe.encoder, pe.decoder, embedding.share levels,
+embedding.init_std): their rules, and the model build_model makes of them."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from minimt.checkpoint import config_mismatches
+from minimt.config import (
+    RESUME_KEYS,
+    ConfigError,
+    build_model,
+    canonical_config,
+    validate_config,
+)
+from minimt.model.embedding import AlibiBias, LearnedPositions, NoPositions, SinusoidalPositions
+from tests.helpers import compose_config
+
+VOCAB = 300
+SMALL = ["model.d_model=32", "model.d_ff=64", "model.n_heads=4"]  # d_head 8
+
+
+def build(*overrides: str, seed: int = 0):
+    cfg = compose_config(*SMALL, *overrides)
+    validate_config(cfg)
+    torch.manual_seed(seed)
+    return build_model(cfg, VOCAB, VOCAB)
+
+
+POSITION_MODULES = {
+    "sinusoidal": SinusoidalPositions,
+    "learned": LearnedPositions,
+    "none": NoPositions,
+    "rope": NoPositions,
+    "alibi": NoPositions,
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "encoder", "decoder"),
+    [
+        *(([f"pe={name}"], name, name) for name in POSITION_MODULES),
+        (["pe.decoder=none"], "sinusoidal", "none"),
+        (["pe.encoder=none"], "none", "sinusoidal"),
+        (["pe=alibi", "pe.encoder=rope"], "rope", "alibi"),
+        (["pe=learned", "pe.decoder=alibi"], "learned", "alibi"),
+    ],
+)
+def test_each_side_s_encoding_builds_from_the_config(overrides, encoder, decoder):
+    model = build(*overrides)
+    embedding = model.embedding
+    assert type(embedding.src_positions) is POSITION_MODULES[encoder]
+    assert type(embedding.tgt_positions) is POSITION_MODULES[decoder]
+    assert (embedding.src_positions is embedding.tgt_positions) == (encoder == decoder)
+    assert isinstance(model.encoder_alibi, AlibiBias) == (encoder == "alibi")
+    assert isinstance(model.decoder_alibi, AlibiBias) == (decoder == "alibi")
+    assert (model.encoder_layers[0].self_attn.rotary is not None) == (encoder == "rope")
+    assert (model.decoder_layers[0].self_attn.rotary is not None) == (decoder == "rope")
+    src = torch.randint(1, VOCAB, (2, 5))
+    assert torch.isfinite(model(src, src)).all()
+
+
+@pytest.mark.parametrize(
+    ("share", "src_is_tgt", "output_is_tgt"),
+    [
+        ("all", True, True),
+        ("decoder", False, True),
+        ("none", False, False),
+        ("true", True, True),
+        ("false", False, True),
+    ],
+)
+def test_share_levels_build_their_tying(share, src_is_tgt, output_is_tgt):
+    model = build(f"embedding.share={share}")
+    embedding = model.embedding
+    assert (embedding.src_tokens.weight is embedding.tgt_tokens.weight) == src_is_tgt
+    assert (model.output_matrix is embedding.tgt_tokens.weight) == output_is_tgt
+    matrices = 1 + (not src_is_tgt) + (not output_is_tgt)
+    assert model.num_parameters() == build("embedding.share=all").num_parameters() + (
+        matrices - 1
+    ) * (VOCAB * 32)
+
+
+@pytest.mark.parametrize(("old", "level"), [("true", "all"), ("false", "decoder")])
+def test_old_share_spelling_builds_the_same_model_as_its_level(old, level):
+    old_model, new_model = build(f"embedding.share={old}"), build(f"embedding.share={level}")
+    old_state, new_state = old_model.state_dict(), new_model.state_dict()
+    assert old_state.keys() == new_state.keys()
+    assert all(torch.equal(old_state[key], new_state[key]) for key in old_state)
+
+
+def old_saved_config() -> dict:
+    """The resolved config a checkpoint saved before pe.encoder/decoder, three tying levels and
+    embedding.init_std existed."""
+    saved = OmegaConf.to_container(compose_config(*SMALL, "pe=learned"), resolve=True)
+    del saved["pe"]["encoder"], saved["pe"]["decoder"], saved["embedding"]["init_std"]
+    saved["embedding"]["share"] = True
+    return saved
+
+
+def test_an_old_saved_config_reads_as_today_s_defaults():
+    cfg = canonical_config(old_saved_config())
+    assert cfg.pe.encoder == cfg.pe.decoder == "learned"
+    assert cfg.embedding.share == "all" and cfg.embedding.init_std is None
+    today = compose_config(*SMALL, "pe=learned")
+    assert config_mismatches(old_saved_config(), today, RESUME_KEYS) != []  # raw: they differ
+    assert (
+        config_mismatches(
+            canonical_config(old_saved_config()), canonical_config(today), RESUME_KEYS
+        )
+        == []
+    )
+
+
+def test_an_old_checkpoint_loads_into_the_model_its_config_builds():
+    torch.manual_seed(0)
+    old = build_model(OmegaConf.create(old_saved_config()), VOCAB, VOCAB)
+    today = build("pe=learned", seed=1)
+    assert "embedding.positions.table.weight" in old.state_dict()
+    today.load_state_dict(old.state_dict())
+    assert today.embedding.src_tokens.weight is today.output_matrix
+
+
+@pytest.mark.parametrize(("init_std", "expected"), [("null", 32**-0.5), ("1.0", 1.0)])
+def test_init_std_from_the_config(init_std, expected):
+    model = build(f"embedding.init_std={init_std}", "embedding.share=none")
+    for table in (model.embedding.src_tokens.weight, model.embedding.tgt_tokens.weight):
+        assert table[1:].std().item() == pytest.approx(expected, rel=0.05)  # ~9,600 draws
+    assert model.output_weight.std().item() == pytest.approx(32**-0.5, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["pe.encoder=rotary"], ["pe.encoder", "sinusoidal", "alibi"]),
+        (["pe.decoder=nope"], ["pe.decoder", "learned", "none"]),
+        (["embedding.share=maybe"], ["embedding.share", "none, decoder, all", "true = all"]),
+        (["embedding.init_std=0"], ["embedding.init_std", "positive number"]),
+        (["embedding.init_std=big"], ["embedding.init_std", "positive number"]),
+        (["tokenizer.joint=false"], ["embedding.share=all", "tokenizer.joint=true"]),
+        (["tokenizer.joint=false", "embedding.share=true"], ["embedding.share=true"]),
+        (["pe.decoder=rope", "model.d_model=12"], ["pe.decoder", "must be even", "12 / 4"]),
+        (["pe=rope", "model.d_model=12"], ["pe.encoder, pe.decoder", "12 / 4"]),
+    ],
+)
+def test_bad_embedding_values_name_the_key_and_the_choices(overrides, named):
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config(*SMALL, *overrides))
+    for text in named:
+        assert text in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["tokenizer.joint=false", "embedding.share=decoder"],
+        ["tokenizer.joint=false", "embedding.share=none"],
+        ["tokenizer.joint=false", "embedding.share=false"],
+        ["pe=alibi", "model.n_heads=3", "model.d_model=36"],  # any head count, odd head size
+        ["embedding.init_std=0.05"],
+    ],
+)
+def test_valid_embedding_values_validate(overrides):
+    validate_config(compose_config(*SMALL, *overrides))
