@@ -449,12 +449,14 @@ def setup_description(cfg: DictConfig) -> str:
     stops = [f"{t.max_steps:,} steps", f"{t.max_minutes:g} minutes"]
     if setting(cfg, "trainer.patience") is not None:
         stops.insert(0, f"patience {t.patience} (min_delta {t.min_delta:g})")
-    pairs = "all" if d.max_train_pairs is None else f"the first {d.max_train_pairs:,}"
+    subset = (
+        "" if d.max_train_pairs is None else f"the first {d.max_train_pairs:,} training pairs; "
+    )
     return (
         f"model d_model {m.d_model}, {m.n_heads} heads, {m.n_encoder_layers}+{m.n_decoder_layers} "
         f"layers, d_ff {m.d_ff}, dropout {m.dropout:g}, {cfg.tokenizer.vocab_size:,} BPE "
-        f"({'joint' if cfg.tokenizer.joint else 'separate'}); training on {pairs} training "
-        f"pairs, {t.batch_tokens:,} tokens x {t.accumulate} per update, lr {t.lr:g}, warmup "
+        f"({'joint' if cfg.tokenizer.joint else 'separate'}); {subset}{t.batch_tokens:,} "
+        f"tokens x {t.accumulate} per update, lr {t.lr:g}, warmup "
         f"{t.warmup_steps:,}, validation every {t.val_every:,} steps, stop at " + " / ".join(stops)
     )
 
