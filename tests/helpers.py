@@ -1,7 +1,8 @@
-"""Shared test helpers: compose the real Hydra config, build a tiny model."""
+"""Shared test helpers: compose the real Hydra config, build a tiny model, GPU marks."""
 
 from pathlib import Path
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -10,6 +11,12 @@ from minimt.data.batching import Batch, flat, flat_batch
 from minimt.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The marks of a test that needs a GPU: `pytest -m gpu` selects it, no CUDA device skips it.
+ON_CUDA = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 def compose_config(*overrides: str) -> DictConfig:

@@ -48,10 +48,18 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
     padding = report["padding_fraction"]
     assert 0 <= padding["tgt"] < padding["unsorted_tgt"] < 1 and report["peak_rss_mb"] > 0
     variants = report["variants"]
-    assert set(variants) == {"config", "fp32", "adam_for_loop", "adam_foreach", "no_prefetch"}
+    assert set(variants) == {
+        "config",
+        "fp32",
+        "adam_for_loop",
+        "adam_foreach",
+        "no_prefetch",
+        "loss_chunked",
+    }
     assert variants["fp32"]["change"] == {"trainer.precision": "fp32"}
     assert all(v["tgt_tokens_per_s"] > 0 for v in variants.values())
-    assert report["matmul_peak_flops_per_s"]["bf16"] > 0
+    assert report["matmul_peak_flops_per_s"][report["precision"]] > 0
+    assert report["matmul_peak_flops_per_s"]["fp32"] > 0
 
 
 def test_compare_with_an_unknown_peer_names_the_missing_script(tmp_path):

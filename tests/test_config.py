@@ -1,8 +1,12 @@
+import os
+
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from minimt.config import ConfigError, validate_config
+from minimt.runtime import job_num_threads
 from tests.helpers import REPO, compose_config
 
 
@@ -108,3 +112,31 @@ def test_the_slurm_launcher_config_composes():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert launcher.gpus_per_node == 1 and launcher.timeout_min > cfg.trainer.max_minutes
+
+
+def test_the_parallel_launcher_composes_and_its_jobs_split_the_cores(monkeypatch):
+    overrides = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=4"]
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        plugin = compose("config", overrides=["hydra/launcher=joblib"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("joblib_launcher.JoblibLauncher")
+    assert (
+        cfg.hydra.launcher.n_jobs == 4
+        and plugin.hydra.launcher._target_ == cfg.hydra.launcher._target_
+    )
+    # a job of that sweep on a 16-core machine
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", cfg)
+    assert job_num_threads(None) == 4
+    assert job_num_threads(3) == 3
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", plugin)  # the plugin's n_jobs: -1
+    assert job_num_threads(None) == 1
+
+
+def test_outside_a_parallel_launcher_torch_keeps_its_default_threads(monkeypatch):
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # not in a Hydra job
+    assert job_num_threads(None) is None
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        basic = compose("config", return_hydra_config=True)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", basic)  # Hydra's basic launcher
+    assert job_num_threads(None) is None

@@ -9,7 +9,7 @@ import torch
 from minimt.checkpoint import CheckpointError, CheckpointMismatch, load_checkpoint
 from minimt.train.loop import TrainingDiverged, train
 from minimt.train.step import SummedLoss
-from tests.helpers import compose_config, tiny_run_overrides
+from tests.helpers import ON_CUDA, compose_config, tiny_run_overrides
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -61,26 +61,36 @@ def nan_loss_on_calls(monkeypatch, calls):
     monkeypatch.setattr(SummedLoss, "forward", forward)
 
 
-def test_non_finite_steps_are_skipped_and_counted(multi30k_dir, tmp_path, monkeypatch):
+# On CUDA the skipped updates are counted at log, validation and checkpoint steps (loop.settle).
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
+
+
+@DEVICES
+def test_non_finite_steps_are_skipped_and_counted(multi30k_dir, tmp_path, monkeypatch, device):
     nan_loss_on_calls(monkeypatch, calls={4, 5, 6})
-    metrics = train(
-        tiny_run_config(multi30k_dir, tmp_path / "data", "trainer.max_steps=12"), tmp_path / "run"
-    )
+    overrides = ("trainer.max_steps=12", f"trainer.device={device}")
+    metrics = train(tiny_run_config(multi30k_dir, tmp_path / "data", *overrides), tmp_path / "run")
     assert metrics["steps"] == 12 and metrics["skipped_steps"] == 3
     weights = final_weights(tmp_path / "run", 12)
     assert all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point())
     assert math.isfinite(metrics["val_history"][-1]["loss"])
 
 
+@DEVICES
 def test_too_many_non_finite_steps_in_a_row_stop_with_good_checkpoints(
-    multi30k_dir, tmp_path, monkeypatch
+    multi30k_dir, tmp_path, monkeypatch, device
 ):
     nan_loss_on_calls(monkeypatch, calls=range(13, 100))
     cfg = tiny_run_config(
-        multi30k_dir, tmp_path / "data", "trainer.max_steps=40", "trainer.max_nonfinite_steps=4"
+        multi30k_dir,
+        tmp_path / "data",
+        "trainer.max_steps=40",
+        "trainer.max_nonfinite_steps=4",
+        f"trainer.device={device}",
     )
-    with pytest.raises(TrainingDiverged, match=r"4 updates in a row.*trainer\.lr"):
+    with pytest.raises(TrainingDiverged, match=r"4 updates in a row.*step 16\).*trainer\.lr"):
         train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints" / "step_20.pt").exists()
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_10.pt")
     assert saved["state"]["step"] == 10
     assert all(torch.isfinite(t).all() for t in saved["model"].values() if t.is_floating_point())

@@ -18,9 +18,9 @@ from minimt.rundir import load_model
 from minimt.train.evaluation import score
 from minimt.train.loop import train
 from minimt.train.progress import samples_table
-from minimt.train.step import inverse_sqrt_lr
+from minimt.train.step import SummedLoss, inverse_sqrt_lr, train_step
 from minimt.translator import Translator
-from tests.helpers import REPO, compose_config
+from tests.helpers import REPO, collate, compose_config, tiny_transformer
 
 TOY = REPO / "tests" / "data" / "toy"
 
@@ -34,6 +34,38 @@ def test_inverse_sqrt_schedule_closed_form():
     assert factors[399] == pytest.approx(0.5)  # sqrt(100 / 400)
     assert all(a < b for a, b in zip(factors[:99], factors[1:100], strict=True))
     assert all(a > b for a, b in zip(factors[99:-1], factors[100:], strict=True))
+
+
+def test_a_non_finite_update_is_skipped_on_the_device_as_on_the_host():
+    """host_check=False (what training on CUDA runs), here on CPU tensors: fused Adam's
+    found_inf skips an update exactly as the host check does; only the LR schedule counts it."""
+    batch = collate([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14, 15]])
+    runs = {}
+    for host_check in (True, False):
+        model = tiny_transformer(40, seed=3)
+        loss_fn = SummedLoss(model, 0.1, torch.autocast("cpu", enabled=False))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        applied = []
+        for scale in (math.nan, 1 / 6, math.nan, 1 / 6):  # NaN gradients, the first step too
+            _, grad_norm, ok = train_step(
+                loss_fn, [batch], scale, optimizer, scheduler, 1.0, host_check
+            )
+            assert ok.shape == () and bool(ok) == grad_norm.isfinite().item()
+            applied.append(bool(ok))
+        runs[host_check] = model, optimizer, scheduler, applied
+    host_model, host_adam, host_lr, host_applied = runs[True]
+    model, adam, lr, applied = runs[False]
+    assert applied == host_applied == [False, True, False, True]
+    for (name, expected), got in zip(
+        host_model.named_parameters(), model.parameters(), strict=True
+    ):
+        assert torch.equal(expected, got), name
+        for key in ("step", "exp_avg", "exp_avg_sq"):  # Adam took 2 steps, not 4
+            assert torch.equal(host_adam.state[expected][key], adam.state[got][key]), name
+    assert host_adam.state[next(host_model.parameters())]["step"] == 2
+    assert (host_lr.last_epoch, lr.last_epoch) == (2, 4)  # the documented difference
+    assert not hasattr(adam, "found_inf")
 
 
 def scalars(run_dir):
@@ -139,6 +171,10 @@ def test_smoke_run_writes_metrics_json(smoke_run):
     assert 0 <= test["bleu"] <= 100 and "nrefs:1" in test["signature"]
     assert on_disk["best_val_bleu"] == max(v["bleu"] for v in on_disk["val_history"])
     assert len((run_dir / "hyps.test_2016_flickr.txt").read_text().splitlines()) == 1000
+    memory = on_disk["memory"]  # the run's RSS, sampled every second
+    assert 100 < memory["peak_rss_mb"] < 8000
+    assert memory["peak_phase"] in ("setup", "training", "test decoding")
+    assert 0 <= memory["peak_at_seconds"] <= on_disk["train_seconds"] + 600
 
 
 @pytest.mark.slow

@@ -173,6 +173,7 @@ RULES: dict[str, Rule] = {
     "trainer.min_delta": non_negative_number,
     "trainer.average_last": lambda v: None if v is None else at_least(2)(v),
     "trainer.num_threads": optional_positive_int,
+    "trainer.loss_chunk_rows": optional_positive_int,
     "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
     "trainer.compile": boolean,
     "trainer.prefetch": non_negative_int,

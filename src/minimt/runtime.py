@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
+from hydra.core.hydra_config import HydraConfig
 
 ALLOCATORS = ("mimalloc", "system")
 
@@ -50,6 +51,25 @@ def set_num_threads(num_threads: int | None) -> None:
     """torch's intra-op threads; None keeps torch's default (one per core)."""
     if num_threads:
         torch.set_num_threads(num_threads)
+
+
+def threads_per_job(num_threads: int | None, parallel_jobs: int | None, cores: int) -> int | None:
+    """The intra-op threads of one job: `num_threads` when set, else the `cores` split evenly
+    between `parallel_jobs` jobs running at once (joblib's count: -1 = one per core, -2 = one
+    per core but one, ...), at least 1; None (torch's default) when no launcher runs jobs side
+    by side."""
+    if num_threads or parallel_jobs is None:
+        return num_threads
+    jobs = parallel_jobs if parallel_jobs > 0 else max(cores + 1 + parallel_jobs, 1)
+    return max(cores // jobs, 1)
+
+
+def job_num_threads(num_threads: int | None) -> int | None:
+    """trainer.num_threads, or this job's share of the cores it may run on when the Hydra
+    launcher runs several jobs at once (its n_jobs: hydra/launcher=parallel)."""
+    launcher = HydraConfig.get().launcher if HydraConfig.initialized() else {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return threads_per_job(num_threads, launcher.get("n_jobs"), cores or 1)
 
 
 def mimalloc_library() -> Path | None:

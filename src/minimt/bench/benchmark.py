@@ -2,17 +2,18 @@
 
 (scripts/benchmark.py runs it.)
 
-Measures (a) the matmul roof: FLOP/s of large bf16 and fp32 products; (b) training steps/s and
-target and source tokens/s on the real token-count batches, after warm-up, median of several
-windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real tokens
-only) and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding fraction
-of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and without
-the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
-length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of
-each fast-path setting: training tokens/s of `benchmark.variants` (one setting changed each)
-taking turns window by window with the config; (h) with `--compare NAME`, the peer toolkit
-trained by scripts/peers/NAME.sh for `benchmark.compare_minutes`. Prints a table and writes
-benchmark.json into the Hydra run directory.
+Measures (a) the matmul roof: FLOP/s of large fp32 products, and of bf16 ones where the device has
+bf16 matrix units or training runs in bf16 (emulated bf16 products take minutes); (b) training
+steps/s and target and source tokens/s on the real token-count batches, after warm-up, median of
+several windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real
+tokens only) and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding
+fraction of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and
+without the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
+length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of each
+fast-path setting: training tokens/s of `benchmark.variants` (one setting changed each) taking
+turns window by window with the config; (h) with `--compare NAME`, the peer toolkit trained by
+scripts/peers/NAME.sh for `benchmark.compare_minutes`. Prints a table and writes benchmark.json
+into the Hydra run directory.
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ from minimt.data.splits import RunData, prepare_data
 from minimt.data.tokenized import id_lengths
 from minimt.data.tokenizer import PAD_ID
 from minimt.model.transformer import Transformer
-from minimt.runtime import pick_device, seed_everything, set_num_threads
+from minimt.runtime import (
+    bf16_supported,
+    job_num_threads,
+    pick_device,
+    resolve_precision,
+    seed_everything,
+    set_num_threads,
+)
 from minimt.train.step import build_training, train_step
 from minimt.translator import Translator
 
@@ -80,9 +88,8 @@ class TrainingRun:
                 counts["flops"] += training_flops(self.shape, src_lens, tgt_lens)
                 t = self.training
                 batches, scale = [batch.to(self.device)], 1 / sum(tgt_lens)
-                train_step(
-                    t.loss_fn, batches, scale, t.optimizer, t.scheduler, trainer.clip_grad_norm
-                )
+                clip, host_check = trainer.clip_grad_norm, self.device.type != "cuda"  # as train()
+                train_step(t.loss_fn, batches, scale, t.optimizer, t.scheduler, clip, host_check)
 
         return {"seconds": timed(run, self.device), "steps": steps, **counts}
 
@@ -191,11 +198,13 @@ def benchmark(cfg: DictConfig, out_dir: Path, peers_dir: Path) -> dict:
     bench = cfg.benchmark
     if bench.compare:
         peer_script(peers_dir, bench.compare)  # before any work
-    set_num_threads(cfg.trainer.num_threads)
+    set_num_threads(job_num_threads(cfg.trainer.num_threads))
     device = pick_device(cfg.trainer.device)
+    precision = resolve_precision(cfg.trainer.precision, device)
     roof = {
         name: matmul_flops_per_sec(device, dtype, bench.matmul_size, bench.repeats)
         for name, dtype in DTYPES.items()
+        if name in ("fp32", precision) or bf16_supported(device)
     }
     data = prepare_data(cfg)
     run = TrainingRun(cfg, data, device)
@@ -256,8 +265,8 @@ def format_table(report: dict) -> str:
             f"{report['precision']} (torch {report['torch']})",
         ),
         (
-            "matmul roof bf16 / fp32",
-            f"{roof['bf16'] / 1e9:,.0f} / {roof['fp32'] / 1e9:,.0f} GFLOP/s",
+            "matmul roof " + " / ".join(roof),
+            " / ".join(f"{flops / 1e9:,.0f}" for flops in roof.values()) + " GFLOP/s",
         ),
         ("training steps/s", f"{t['steps_per_s']:.2f}"),
         (

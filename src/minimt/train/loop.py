@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Sequence
 from contextlib import closing, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,12 +28,13 @@ from minimt.checkpoint import (
 )
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
-from minimt.runtime import pick_device, seed_everything, set_num_threads
+from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.train.distributed import Distributed
 from minimt.train.epochs import step_batches
 from minimt.train.evaluation import score_test_sets, validate
 from minimt.train.hooks import Hook, RunContext
 from minimt.train.interrupt import StopRequest
+from minimt.train.memory import PeakMemory
 from minimt.train.progress import (
     Window,
     log_samples,
@@ -63,6 +65,18 @@ class TrainingDiverged(RuntimeError):
     """Too many updates in a row had a non-finite loss or gradient."""
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """One optimizer step as train_step reported it; `applied` is read on the host by settle."""
+
+    step: int
+    loss_sum: Tensor  # () summed loss of this process's batches
+    grad_norm: Tensor  # ()
+    applied: Tensor  # () bool: False when the update was skipped (non-finite)
+    loss_tokens: int  # this process's target tokens
+    tokens: int  # target tokens of all processes
+
+
 def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> dict | None:
     """Train the configured model in `run_dir` (or continue `cfg.resume`), then test it.
 
@@ -75,18 +89,20 @@ def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> d
     try:
         if not dist.is_main:
             logging.getLogger("minimt").setLevel(logging.WARNING)
-        return run_training(cfg, Path(dist.broadcast(str(run_dir))), dist, hooks)
+        with PeakMemory() as memory:
+            return run_training(cfg, Path(dist.broadcast(str(run_dir))), dist, hooks, memory)
     finally:
         dist.close()
 
 
 def run_training(
-    cfg: DictConfig, run_dir: Path, dist: Distributed, hooks: Sequence[Hook]
+    cfg: DictConfig, run_dir: Path, dist: Distributed, hooks: Sequence[Hook], memory: PeakMemory
 ) -> dict | None:
-    """This process's part of the run: set up, the loop, the final scores (rank 0)."""
+    """This process's part of the run: set up, the loop, the final scores (rank 0); `memory` is
+    told the phase (setup, training, test decoding)."""
     trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
     seed_everything(trainer.seed)
-    set_num_threads(trainer.num_threads)
+    set_num_threads(job_num_threads(trainer.num_threads))
     device = dist.device(pick_device(trainer.device))
     with dist.main_first():
         data = prepare_data(cfg)
@@ -109,6 +125,9 @@ def run_training(
         log_start(training, device, trainer, dist.world_size)
     clock, last_saved = Clock(state.train_seconds), state.step if resumed else -1
     window, nonfinite_in_a_row = Window(), 0
+    # On CUDA a step's outcome stays on the device until a log, validation or checkpoint step
+    # reads them all at once (settle), so that the host queues steps without waiting for each.
+    host_check, unsettled = device.type != "cuda", []
     reason, interrupted = "trainer.max_epochs reached", False
     with (
         SummaryWriter(run_dir, purge_step=state.step + 1 if resumed else None)
@@ -119,6 +138,7 @@ def run_training(
         closing(step_batches(data.train_batches, state, dist, trainer)) as steps,
     ):
         run = RunContext(cfg, run_dir, training.model, translator, data, writer, device)
+        memory.phase = "training"
         for batches in steps:
             if state.step >= trainer.max_steps:
                 reason = "trainer.max_steps reached"
@@ -149,14 +169,18 @@ def run_training(
                 training.optimizer,
                 training.scheduler,
                 trainer.clip_grad_norm,
+                host_check,
             )
-            state.count_step(int(tokens), dist.world_size * trainer.accumulate, applied)
+            state.count_step(int(tokens), dist.world_size * trainer.accumulate)
             bar.update()
-            nonfinite_in_a_row = 0 if applied else nonfinite_in_a_row + 1
-            if applied:
-                window.add(loss_sum, local_tokens, int(tokens))
-            else:
-                check_nonfinite(state, nonfinite_in_a_row, grad_norm, trainer, ckpt_dir)
+            unsettled.append(
+                StepResult(state.step, loss_sum, grad_norm, applied, local_tokens, int(tokens))
+            )
+            due = (trainer.log_every, trainer.val_every, trainer.save_every)
+            if host_check or any(state.step % every == 0 for every in due):
+                nonfinite_in_a_row = settle(
+                    unsettled, nonfinite_in_a_row, state, window, trainer, ckpt_dir
+                )
             if state.step % trainer.log_every == 0:
                 if dist.is_main:
                     log_window(writer, bar, window, grad_norm, training, state)
@@ -166,6 +190,7 @@ def run_training(
             if state.step % trainer.save_every == 0:
                 save_step(ckpt_dir, training, state, clock, cfg, dist)
                 last_saved = state.step
+        settle(unsettled, nonfinite_in_a_row, state, window, trainer, ckpt_dir)
         if interrupted:
             save_step(ckpt_dir, training, state, clock, cfg, dist)
             raise Interrupted(
@@ -180,7 +205,8 @@ def run_training(
             save_step(ckpt_dir, training, state, clock, cfg, dist)
         if not dist.is_main:
             return None
-        return finish(run, state, clock, hooks, dist.world_size, reason)
+        memory.phase = "test decoding"
+        return finish(run, state, clock, hooks, dist.world_size, reason, memory)
 
 
 def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> None:
@@ -192,22 +218,46 @@ def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> 
         )
 
 
+def settle(
+    results: list[StepResult],
+    in_a_row: int,
+    state: TrainState,
+    window: Window,
+    trainer: DictConfig,
+    ckpt_dir: Path,
+) -> int:
+    """Read the `applied` flags of `results` (one host sync for all) and, step by step in order,
+    add an applied step to the log window or count a skipped one (check_nonfinite); empties
+    `results`. Returns the skipped updates in a row after the last of them."""
+    flags = torch.stack([r.applied for r in results]).tolist() if results else []
+    for result, applied in zip(results, flags, strict=True):
+        if applied:
+            in_a_row = 0
+            window.add(result.loss_sum, result.loss_tokens, result.tokens)
+        else:
+            in_a_row += 1
+            state.skipped_steps += 1
+            check_nonfinite(result, state.skipped_steps, in_a_row, trainer, ckpt_dir)
+    results.clear()
+    return in_a_row
+
+
 def check_nonfinite(
-    state: TrainState, in_a_row: int, grad_norm: Tensor, trainer: DictConfig, ckpt_dir: Path
+    result: StepResult, skipped: int, in_a_row: int, trainer: DictConfig, ckpt_dir: Path
 ) -> None:
     """Warn about a skipped update; raise TrainingDiverged after too many in a row."""
     log.warning(
         "step %d: non-finite loss or gradient (grad norm %s), update skipped (%d in a row, "
         "%d in all)",
-        state.step,
-        grad_norm.item(),
+        result.step,
+        result.grad_norm.item(),
         in_a_row,
-        state.skipped_steps,
+        skipped,
     )
     if in_a_row >= trainer.max_nonfinite_steps:
         raise TrainingDiverged(
             f"{trainer.max_nonfinite_steps} updates in a row had a non-finite loss or gradient "
-            f"(the last at step {state.step}): lower trainer.lr (now {trainer.lr}) or use "
+            f"(the last at step {result.step}): lower trainer.lr (now {trainer.lr}) or use "
             f"trainer.precision=fp32; the last good checkpoints are in {ckpt_dir}"
         )
 
@@ -262,6 +312,7 @@ def finish(
     hooks: Sequence[Hook],
     world_size: int,
     stop_reason: str,
+    memory: PeakMemory,
 ) -> dict:
     """Rank 0: score the best checkpoint on the test sets (and, with trainer.average_last, the
     average of the last step checkpoints), write metrics.json, call the hooks."""
@@ -289,6 +340,7 @@ def finish(
         "tokens_per_step": state.tgt_tokens / max(state.step, 1),
         "skipped_steps": state.skipped_steps,
         "num_parameters": run.model.num_parameters(),
+        "memory": memory.summary(),
         "data": getattr(run.data, "summary", {}),
         "best_val_bleu": state.best_val_bleu,
         "best_step": state.best_step,

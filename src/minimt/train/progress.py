@@ -32,10 +32,11 @@ def log_start(
     training: Training, device: torch.device, trainer: DictConfig, world_size: int
 ) -> None:
     log.info(
-        "model: %s parameters, device %s, precision %s",
+        "model: %s parameters, device %s, precision %s, %d torch threads",
         f"{training.model.num_parameters():,}",
         device,
         training.precision,
+        torch.get_num_threads(),
     )
     log.info(
         "effective batch: up to %d tokens x %d micro-batches x %d processes per update",

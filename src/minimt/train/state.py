@@ -37,17 +37,16 @@ class TrainState:
     epoch_batches: int = 0  # batches of the current epoch consumed, over all processes
     tgt_tokens: int = 0
     train_seconds: float = 0.0
-    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient
+    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient (loop.settle)
     best_val_bleu: float = -1.0
     best_step: int = 0
     val_history: list[dict[str, float]] = field(default_factory=list)
 
-    def count_step(self, tokens: int, batches: int, applied: bool) -> None:
+    def count_step(self, tokens: int, batches: int) -> None:
         """One optimizer step done: `tokens` target tokens in `batches` batches (all processes)."""
         self.step += 1
         self.epoch_batches += batches
         self.tgt_tokens += tokens
-        self.skipped_steps += not applied
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from minimt.config import build_model
 from minimt.data.batching import Batch
 from minimt.data.tokenizer import PAD_ID
-from minimt.model.loss import label_smoothed_cross_entropy
+from minimt.model.loss import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from minimt.model.transformer import Transformer
 from minimt.runtime import precision_autocast, resolve_precision
 
@@ -35,19 +35,36 @@ def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
 
 
 class SummedLoss(nn.Module):
-    """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps)."""
+    """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps).
 
-    def __init__(self, model: Transformer, label_smoothing: float, autocast: torch.autocast):
+    chunk_rows: project and score that many target positions at a time, so the (N, V) logits
+    never exist whole (None: all at once).
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        label_smoothing: float,
+        autocast: torch.autocast,
+        chunk_rows: int | None = None,
+    ):
         super().__init__()
         self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
+        self.chunk_rows = chunk_rows
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         """(B, S) src, (B, T) tgt_in and tgt_out -> scalar; logits only for non-pad positions."""
         real = tgt_out != PAD_ID  # (B, T)
+        eps = self.label_smoothing
         with self.autocast:
-            hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
-            logits = self.model.project(hidden[real])  # (N, V)
-        return label_smoothed_cross_entropy(logits, tgt_out[real], self.label_smoothing)
+            hidden = self.model.decode(tgt_in, self.model.encode(src), src)[real]  # (N, d_model)
+            if self.chunk_rows:
+                weight = self.model.output_matrix
+                return projected_label_smoothed_cross_entropy(
+                    hidden, weight, tgt_out[real], eps, self.chunk_rows
+                )
+            logits = self.model.project(hidden)  # (N, V)
+        return label_smoothed_cross_entropy(logits, tgt_out[real], eps)
 
 
 def training_loss(
@@ -58,7 +75,7 @@ def training_loss(
 ) -> nn.Module:
     """The summed label-smoothed loss of a training step, `wrap`ped (DDP), then through
     torch.compile (shapes dynamic: batches differ in length) when `trainer.compile`."""
-    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast))
+    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast, trainer.loss_chunk_rows))
     return torch.compile(loss_fn, dynamic=True) if trainer.compile else loss_fn
 
 
@@ -114,11 +131,20 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     clip_grad_norm: float,
-) -> tuple[Tensor, Tensor, bool]:
+    host_check: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
     """One update from gradients accumulated over `batches`, each summed loss times `scale`.
 
-    Returns (summed loss, grad norm, whether the update was applied): a non-finite gradient
-    norm (from a non-finite loss or gradient) skips the update and the LR schedule step.
+    Returns () tensors on the parameters' device: the summed loss, the gradient norm and whether
+    the update was applied (bool). A non-finite gradient norm (from a non-finite loss or
+    gradient) skips the update: weights, Adam's moments and Adam's step count stay as they were.
+
+    host_check reads that check on the host (a sync: free on CPU, a stall on a GPU) and then
+    skips the LR schedule's step too. host_check=False with fused Adam keeps it on the device,
+    as torch's GradScaler does: optimizer.found_inf = 1.0 makes the fused kernel skip the update
+    and take back its step count, while the LR schedule steps all the same, so after k skipped
+    updates the learning rate is the schedule's value k updates later than with host_check.
+    Other Adam kernels (no found_inf) read the check on the host either way.
     """
     loss_fn.train()
     optimizer.zero_grad(set_to_none=True)
@@ -130,8 +156,14 @@ def train_step(
             (loss * scale).backward()
         total = total + loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), clip_grad_norm or math.inf)
-    applied = bool(torch.isfinite(grad_norm))  # the one host sync per step
-    if applied:
-        optimizer.step()
-        scheduler.step()
+    applied = torch.isfinite(grad_norm)  # () bool
+    if host_check or not optimizer.defaults.get("fused"):
+        if applied:
+            optimizer.step()
+            scheduler.step()
+        return total, grad_norm, applied
+    optimizer.found_inf = (~applied).float()
+    optimizer.step()
+    del optimizer.found_inf
+    scheduler.step()
     return total, grad_norm, applied
