@@ -171,6 +171,20 @@ def test_hypotheses_stop_at_the_source_dependent_max_length(monkeypatch):
         assert best.log_prob == pytest.approx(0.0, abs=1e-5)  # no <eos> term, log(1e-9)
 
 
+def test_one_row_per_sentence_at_first_and_done_sentences_leave_the_batch(monkeypatch):
+    model = make_model()
+    fed = script_bigram(model, monkeypatch, {BOS: {5: 1.0}, 5: {5: 1.0}})
+    src = pad_batch([[5, 6], [7, 8, 9, 10, 11]])
+    nbest = beam_search(model, src, beam=2, max_len_a=1.0, max_len_b=0, **SPECIALS)
+    assert [hyps[0].tokens for hyps in nbest] == [[5] * 2, [5] * 5]
+    assert [len(tokens) for tokens in fed] == [2, 4, 2, 2, 2]
+
+
+def test_vocabulary_must_hold_two_candidates_per_beam():
+    with pytest.raises(ValueError, match="vocabulary of at least 22"):
+        beam_search(make_model(), pad_batch(SOURCES), beam=11, **SPECIALS)
+
+
 @pytest.mark.parametrize("scripted", [True, False])
 def test_output_never_exceeds_max_seq_len(monkeypatch, scripted):
     model = random_model(max_seq_len=8)

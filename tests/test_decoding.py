@@ -4,7 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.model.search import greedy_decode, max_output_lengths
+from minimt.data.batching import source_tensor
+from minimt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
+from minimt.model.search import beam_search, greedy_decode, max_output_lengths
 from minimt.model.transformer import Transformer
 
 PAD, BOS, EOS = 0, 1, 2
@@ -49,13 +51,20 @@ def reference_decode(model: Transformer, src: list[int], max_len: int) -> list[i
 
 
 def script_project(model: Transformer, monkeypatch, eos_steps: list[int]) -> list[int]:
-    """Make step k emit token 3 + k, or <eos> for sentence b once k == eos_steps[b]."""
+    """Make step k emit token 3 + k, or <eos> for sentence b once k == eos_steps[b]; returns
+    the number of rows projected at each step.
+
+    The rows are the sentences still decoding, in batch order: those that emitted <eos> have
+    left the batch. So have those at their maximum length, which only the scripts without <eos>
+    (every row the same) reach: they take the first rows.
+    """
     calls: list[int] = []
 
-    def project(hidden: torch.Tensor) -> torch.Tensor:  # (B, 1, d_model) -> (B, 1, V)
+    def project(hidden: torch.Tensor) -> torch.Tensor:  # (B', 1, d_model) -> (B', 1, V)
         step = len(calls)
-        calls.append(step)
-        tokens = torch.where(torch.tensor(eos_steps) == step, EOS, 3 + step)
+        calls.append(hidden.size(0))
+        live_eos_steps = [end for end in eos_steps if end >= step][: hidden.size(0)]
+        tokens = torch.where(torch.tensor(live_eos_steps) == step, EOS, 3 + step)
         return F.one_hot(tokens, VOCAB).float()[:, None, :]
 
     monkeypatch.setattr(model, "project", project)
@@ -91,6 +100,7 @@ def test_each_sentence_stops_at_its_own_eos(monkeypatch, use_cache):
     )
     assert hyps == [[3, 4], [3, 4, 5, 6], [], [3]]
     assert len(calls) == 5  # the loop ends once every sentence has finished
+    assert calls == [4, 3, 2, 1, 1]  # finished sentences leave the batch
 
 
 def test_output_length_follows_source_length(monkeypatch):
@@ -114,6 +124,20 @@ def test_output_never_exceeds_max_seq_len(monkeypatch, scripted):
     assert max(map(len, hyps)) <= 7  # <bos> + output fits in 8 positions
     if scripted:
         assert [len(h) for h in hyps] == [7, 7, 7, 7]
+
+
+def test_cache_is_written_in_place_up_to_its_capacity():
+    model = make_model(n_layers=2)
+    src = pad_batch(SOURCES)
+    cache = model.start_decoding(model.encode(src), src, capacity=3)
+    buffers = [(layer.k_buffer, layer.v_buffer) for layer in cache.layers]
+    for _ in range(3):
+        model.decode_step(torch.full((len(SOURCES), 1), BOS), cache)
+    for layer, (k_buffer, v_buffer) in zip(cache.layers, buffers, strict=True):
+        assert layer.k_buffer is k_buffer and layer.v_buffer is v_buffer
+        assert k_buffer.shape == (4, 2, 3, 8) and layer.self_k.shape == (4, 2, 3, 8)
+    with pytest.raises(ValueError, match="capacity is 3"):
+        model.decode_step(torch.full((len(SOURCES), 1), BOS), cache)
 
 
 REVERSAL_SOURCES = [[3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 3], [17, 5, 9, 12]]
@@ -162,3 +186,49 @@ def test_cached_greedy_equals_full_recomputation(seed, encoding):
     cached = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     full = greedy_decode(model, src, bos_id=BOS, eos_id=EOS, pad_id=PAD, use_cache=False)
     assert cached == full
+
+
+@pytest.fixture(scope="module", params=["sinusoidal", "learned", "rope", "alibi", "none"])
+def toy_model(request, tmp_path_factory) -> tuple[Transformer, TokenizerPair]:
+    """A tiny model trained for 80 steps on the toy corpus with pe=<param>: it ends most test
+    sentences with <eos> at lengths of their own, neither at once nor at the cap."""
+    from minimt.rundir import load_model
+    from minimt.train.loop import train
+    from tests.helpers import compose_config
+    from tests.test_training import toy_run_overrides
+
+    data_dir = tmp_path_factory.getbasetemp() / "toy_data"  # the tokenizer is trained once
+    run_dir = tmp_path_factory.mktemp(f"toy_{request.param}")
+    overrides = [f"pe={request.param}", "trainer.max_steps=80", "trainer.val_every=1000"]
+    train(compose_config(*toy_run_overrides(data_dir, *overrides)), run_dir)
+    model, tokenizers, _ = load_model(run_dir)
+    return model, tokenizers
+
+
+@pytest.mark.slow
+def test_cached_search_equals_recomputation_and_each_sentence_alone_on_real_sentences(toy_model):
+    """The in-place cache and the batch that drops finished sentences change nothing: the
+    hypotheses equal those of the decoder re-run over the prefix, and each sentence's alone."""
+    from tests.test_training import TOY
+
+    model, tokenizers = toy_model
+    src_ids = tokenizers.encode_src((TOY / "test.de").read_text().splitlines())
+    specials = dict(bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
+    src = source_tensor(src_ids)
+    greedy = greedy_decode(model, src, **specials)
+    assert greedy == greedy_decode(model, src, **specials, use_cache=False)
+    assert greedy == [greedy_decode(model, source_tensor([s]), **specials)[0] for s in src_ids]
+    max_lens = max_output_lengths(
+        torch.tensor([len(s) + 1 for s in src_ids]), 1.5, 10, model.max_seq_len - 1
+    )
+    ended = [0 < len(h) < n for h, n in zip(greedy, max_lens.tolist(), strict=True)]
+    assert sum(ended) > len(src_ids) / 2  # sentences leave the batch at different steps
+
+    beam = beam_search(model, src, beam=5, n_best=5, **specials)
+    full = beam_search(model, src, beam=5, n_best=5, **specials, use_cache=False)
+    for cached, reference in zip(beam, full, strict=True):
+        assert [h.tokens for h in cached] == [h.tokens for h in reference]
+        assert [h.score for h in cached] == pytest.approx([h.score for h in reference], abs=1e-5)
+    for s, hyps in zip(src_ids, beam, strict=True):
+        (alone,) = beam_search(model, source_tensor([s]), beam=5, n_best=5, **specials)
+        assert [h.tokens for h in alone] == [h.tokens for h in hyps]

@@ -77,8 +77,8 @@ class Translator:
         precision: str,
         batch_tokens: int | None = None,
     ) -> Translator:
-        """The decoding settings of a run's config (kept as `translator.config`); batches of
-        `batch_tokens` source tokens (None: the run's trainer.batch_tokens)."""
+        """The decoding settings of a run's config (kept as `translator.config`); batches sized
+        by `batch_tokens` as translate_ids says (None: the run's trainer.batch_tokens)."""
         translator = cls(
             model,
             tokenizers,
@@ -125,14 +125,17 @@ class Translator:
     def translate_ids(
         self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
     ) -> list[list[int]]:
-        """Best target ids per line (no specials), decoding batches of similar source length."""
+        """Best target ids per line (no specials), decoding batches of similar source length,
+        each of at most 2 * batch_tokens / beam padded source tokens."""
         device = next(self.model.parameters()).device
         src_ids = fit_to_model(self.tokenizers.encode_src(lines), self.model.max_seq_len - 1)
         outputs: list[list[int]] = [[] for _ in lines]
         self.model.eval()
         autocast = precision_autocast(self.precision, device)
-        # beam search holds beam hypotheses per sentence: keep the batch's work about the same
-        budget = max(self.batch_tokens // beam, 1)
+        # Twice batch_tokens: finished sentences leave a batch, which shrinks as it decodes
+        # (docs/performance.md). Beam search holds beam rows per sentence, so its batches hold
+        # 1/beam the sentences.
+        budget = max(2 * self.batch_tokens // beam, 1)
         for indices in token_batches([len(ids) + 1 for ids in src_ids], budget):
             src = source_tensor([src_ids[i] for i in indices]).to(device)
             with autocast:

@@ -156,36 +156,90 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    """One decoder layer's attention keys and values, each (B, h, L, d_k)."""
+    """One decoder layer's attention keys and values.
 
-    self_k: Tensor  # L = t, the positions decoded so far
-    self_v: Tensor
-    cross_k: Tensor  # L = S, the encoder output's, computed once per sentence
+    Self-attention's, one row per hypothesis, are written in place into buffers
+    (B * k, h, capacity, d_k), one position per step; self_k and self_v are their filled part,
+    (B * k, h, length, d_k). Cross-attention's are one row per sentence, shared by its k rows.
+    """
+
+    k_buffer: Tensor  # (B * k, h, capacity, d_k)
+    v_buffer: Tensor
+    cross_k: Tensor  # (B, h, S, d_k), the encoder output's, computed once per sentence
     cross_v: Tensor
+    length: int = 0  # positions filled
+
+    @property
+    def self_k(self) -> Tensor:
+        return self.k_buffer[:, :, : self.length]
+
+    @property
+    def self_v(self) -> Tensor:
+        return self.v_buffer[:, :, : self.length]
+
+    def append(self, k: Tensor, v: Tensor) -> None:
+        """Writes k, v (B * k, h, 1, d_k) at the next position."""
+        if self.length == self.k_buffer.size(2):
+            raise ValueError(f"decoder cache full: start_decoding's capacity is {self.length}")
+        self.k_buffer[:, :, self.length : self.length + 1] = k
+        self.v_buffer[:, :, self.length : self.length + 1] = v
+        self.length += 1
+
+    def reorder_self(self, rows: Tensor) -> None:
+        """Keeps rows (N',) of the self-attention keys/values, in that order."""
+        self.k_buffer = self._select_filled(self.k_buffer, rows)
+        self.v_buffer = self._select_filled(self.v_buffer, rows)
+
+    def _select_filled(self, buffer: Tensor, rows: Tensor) -> Tensor:
+        """(N, h, capacity, d_k) buffer -> its rows `rows` (N',) at the filled positions, written
+        back into buffer's own memory when N' <= N: fresh pages every beam step cost more than
+        this extra copy (docs/performance.md)."""
+        filled = buffer[:, :, : self.length].index_select(0, rows)  # (N', h, length, d_k)
+        if rows.numel() > buffer.size(0):
+            buffer = buffer.new_empty((rows.numel(), *buffer.shape[1:]))
+        buffer = buffer[: rows.numel()]
+        buffer[:, :, : self.length] = filled
+        return buffer
 
 
 @dataclass
 class DecoderCache:
     """Incremental decoding state: per-layer keys/values, the source mask, the next position.
 
-    Self-attention keys/values grow by concatenation, one position per step: no maximum length to
-    fix up front and nothing to mask, and copying the prefix costs no more than attending to it.
-    Built by Transformer.start_decoding; Transformer.decode_step updates it in place.
+    Each of the B sentences is decoded as k rows (its beams in beam search; k = 1 at first).
+    Self-attention keys/values live in buffers preallocated for `capacity` positions and are
+    written in place, instead of concatenated onto a copy of the prefix every step (so no
+    gradient flows through several steps: a cache is for inference). Built by
+    Transformer.start_decoding; Transformer.decode_step updates it in place.
     """
 
     layers: list[LayerCache]
     src_mask: Tensor  # (B, 1, 1, S), True = real source token
     position: int = 0  # position of the next target token fed in (<bos> is position 0)
+    rows_per_sentence: int = 1  # k
+
+    @staticmethod
+    def sentence_rows(sentences: Tensor, k: int) -> Tensor:
+        """(B',) sentence indices -> (B' * k,) their rows, each sentence's k rows in a row."""
+        return (sentences[:, None] * k + torch.arange(k, device=sentences.device)).view(-1)
 
     def reorder(self, indices: Tensor) -> None:
-        """Keeps rows indices (B',) of every tensor, in that order: beam reordering, or expanding
-        each sentence to k beams with arange(B).repeat_interleave(k)."""
+        """Keeps sentences indices (B',), in that order, each with its k rows: dropping finished
+        sentences, or with k = 1 any reordering of the rows."""
+        rows = self.sentence_rows(indices, self.rows_per_sentence)
         for layer in self.layers:
-            layer.self_k = layer.self_k.index_select(0, indices)
-            layer.self_v = layer.self_v.index_select(0, indices)
+            layer.reorder_self(rows)
             layer.cross_k = layer.cross_k.index_select(0, indices)
             layer.cross_v = layer.cross_v.index_select(0, indices)
         self.src_mask = self.src_mask.index_select(0, indices)
+
+    def reorder_beams(self, rows: Tensor) -> None:
+        """Row i continues row rows[i] (B * k',) of its own sentence: beam reordering, or each
+        sentence's row expanded to k' beams with arange(B).repeat_interleave(k'). Only the
+        self-attention keys/values move; a sentence's rows share the rest."""
+        for layer in self.layers:
+            layer.reorder_self(rows)
+        self.rows_per_sentence = rows.numel() // self.src_mask.size(0)
 
 
 class DecoderLayer(nn.Module):
@@ -232,7 +286,8 @@ class DecoderLayer(nn.Module):
         position: int,
         self_mask: Tensor | None = None,
     ) -> Tensor:
-        """y (B, 1, d_model), the newest position only -> (B, 1, d_model); appends to cache.
+        """y (B * k, 1, d_model), the newest position of each sentence's k rows
+        -> (B * k, 1, d_model); writes its key and value into cache.
 
         The one query may see every cached key (all earlier positions), so no causal mask: SDPA's
         is_causal aligns top-left when Lq != Lk and would hide all but the first key. Keys are
@@ -241,15 +296,16 @@ class DecoderLayer(nn.Module):
         """
 
         def self_attention(h: Tensor) -> Tensor:
-            k, v = self.self_attn.keys_values(h, position)  # (B, h, 1, d_k)
-            cache.self_k = torch.cat([cache.self_k, k], dim=2)  # (B, h, t + 1, d_k)
-            cache.self_v = torch.cat([cache.self_v, v], dim=2)
+            cache.append(*self.self_attn.keys_values(h, position))  # (B * k, h, 1, d_k) each
             return self.self_attn.attend(h, cache.self_k, cache.self_v, self_mask, offset=position)
 
+        def cross_attention(h: Tensor) -> Tensor:
+            # A sentence's k rows query its keys/values together, as k positions of one query.
+            q = h.view(cache.cross_k.size(0), -1, h.size(-1))  # (B, k, d_model)
+            return self.cross_attn.attend(q, cache.cross_k, cache.cross_v, src_mask).view_as(h)
+
         y = self.self_attn_residual(y, self_attention)
-        y = self.cross_attn_residual(
-            y, lambda h: self.cross_attn.attend(h, cache.cross_k, cache.cross_v, src_mask)
-        )
+        y = self.cross_attn_residual(y, cross_attention)
         return self.ffn_residual(y, self.ffn)
 
 
@@ -366,21 +422,30 @@ class Transformer(nn.Module):
             y = layer(y, memory, src_mask, self_mask)
         return self.decoder_norm(y)
 
-    def start_decoding(self, memory: Tensor, src: Tensor) -> DecoderCache:
-        """memory (B, S, d_model), (B, S) src -> an empty cache holding cross-attention keys/values.
+    def start_decoding(
+        self, memory: Tensor, src: Tensor, capacity: int | None = None
+    ) -> DecoderCache:
+        """memory (B, S, d_model), (B, S) src -> an empty cache of one row per sentence, holding
+        cross-attention keys/values and room for `capacity` decode_step calls (None:
+        model.max_seq_len, every position).
 
         Call it and decode_step under the same autocast setting, so that cached and new keys share
         a dtype.
         """
+        capacity = self.max_seq_len if capacity is None else capacity
         layers = []
         for layer in self.decoder_layers:
-            cross_k, cross_v = layer.cross_attn.keys_values(memory)  # (B, h, S, d_k)
-            empty = cross_k[:, :, :0]  # (B, h, 0, d_k)
-            layers.append(LayerCache(empty, empty, cross_k, cross_v))
+            # Contiguous, or every step's attention copies them to fold (B, h) into one dim.
+            cross_k, cross_v = (t.contiguous() for t in layer.cross_attn.keys_values(memory))
+            shape = (*cross_k.shape[:2], capacity, cross_k.size(-1))  # (B, h, capacity, d_k)
+            layers.append(
+                LayerCache(cross_k.new_empty(shape), cross_v.new_empty(shape), cross_k, cross_v)
+            )
         return DecoderCache(layers, padding_mask(src, self.pad_id))
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        """(B, 1) newest target ids -> hidden (B, 1, d_model), advancing cache by one position.
+        """(N, 1) newest target ids of the cache's N = B * k rows -> hidden (N, 1, d_model),
+        advancing cache by one position.
 
         Equals decode(prefix + tokens, ...)[:, -1:] without recomputing the prefix.
         """
@@ -388,7 +453,7 @@ class Transformer(nn.Module):
         self_mask = None
         if self.decoder_alibi is not None:
             self_mask = self.decoder_alibi(1, position + 1, offset=position)  # (h, 1, position + 1)
-        y = self.embedding.encode_target(tokens, offset=position)  # (B, 1, d_model)
+        y = self.embedding.encode_target(tokens, offset=position)  # (N, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             y = layer.step(y, layer_cache, cache.src_mask, position, self_mask)
         cache.position += 1
