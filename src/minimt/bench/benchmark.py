@@ -54,7 +54,7 @@ from minimt.runtime import (
     seed_everything,
     set_num_threads,
 )
-from minimt.train.step import build_training, train_step
+from minimt.train.step import build_training, checks_on_host, train_step
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class TrainingRun:
                 counts["flops"] += training_flops(self.shape, src_lens, tgt_lens)
                 t = self.training
                 batches, scale = [batch.to(self.device)], 1 / sum(tgt_lens)
-                clip, host_check = trainer.clip_grad_norm, self.device.type != "cuda"  # as train()
+                clip, host_check = trainer.clip_grad_norm, checks_on_host(self.device)
                 train_step(t.loss_fn, batches, scale, t.optimizer, t.scheduler, clip, host_check)
 
         return {"seconds": timed(run, self.device), "steps": steps, **counts}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from minimt.config import canonical_config
 from minimt.data.corpus import read_lines
 
 log = logging.getLogger(__name__)
@@ -170,13 +171,11 @@ def setting(cfg: DictConfig, key: str):
 
 
 def configuration_of(cfg: DictConfig) -> Configuration:
-    """The configuration of a run's resolved config. Runs saved before the study's new keys get
-    their defaults: pe.encoder and pe.decoder = pe.name, embedding.share true = all and
-    false = decoder, init_std null, no length split."""
-    share = cfg.embedding.share
-    if isinstance(share, bool):
-        share = "all" if share else "decoder"
-    init_std = setting(cfg, "embedding.init_std")
+    """The configuration of a run's resolved config, read in today's spelling
+    (config.canonical_config: runs saved before the study's keys get their defaults); no length
+    split where the data keys are missing."""
+    cfg = canonical_config(cfg)
+    init_std = cfg.embedding.init_std
     return Configuration(
         DataRegime(
             setting(cfg, "data.train_max_words"),
@@ -184,10 +183,10 @@ def configuration_of(cfg: DictConfig) -> Configuration:
             setting(cfg, "data.train_subsample"),
         ),
         Embedding(
-            setting(cfg, "pe.encoder") or cfg.pe.name,
-            setting(cfg, "pe.decoder") or cfg.pe.name,
+            cfg.pe.encoder,
+            cfg.pe.decoder,
             bool(cfg.embedding.scale),
-            share,
+            cfg.embedding.share,
             None if init_std is None else float(init_std),
         ),
     )

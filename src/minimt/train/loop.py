@@ -50,7 +50,7 @@ from minimt.train.state import (
     save_training_checkpoint,
     weights_dict,
 )
-from minimt.train.step import Training, build_training, train_step
+from minimt.train.step import Training, build_training, checks_on_host, train_step
 from minimt.train.stopping import patience_reached
 from minimt.translator import Translator
 
@@ -127,7 +127,7 @@ def run_training(
     window, nonfinite_in_a_row = Window(), 0
     # On CUDA a step's outcome stays on the device until a log, validation or checkpoint step
     # reads them all at once (settle), so that the host queues steps without waiting for each.
-    host_check, unsettled = device.type != "cuda", []
+    host_check, unsettled = checks_on_host(device), []
     reason, interrupted = "trainer.max_epochs reached", False
     with (
         SummaryWriter(run_dir, purge_step=state.step + 1 if resumed else None)

@@ -124,6 +124,12 @@ def build_training(
     return Training(model, optimizer, scheduler, loss_fn, precision, autocast)
 
 
+def checks_on_host(device: torch.device) -> bool:
+    """Whether train_step reads its non-finite check on the host every step: free on a CPU; on
+    a GPU it would make the host wait for each step, so there the check stays on the device."""
+    return device.type != "cuda"
+
+
 def train_step(
     loss_fn: nn.Module,
     batches: list[Batch],
