@@ -7,7 +7,7 @@ The non-finite steps on CUDA are tested with the CPU ones (tests/test_resume.py)
 import copy
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
@@ -15,7 +15,6 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minimt.data.batching import Batch
-from minimt.data.tokenizer import PAD_ID
 from minimt.model.search import beam_search, greedy_decode
 from minimt.train.loop import train
 from minimt.train.step import build_training, train_step
@@ -57,7 +56,7 @@ def per_token_losses(device: torch.device, precision: str, steps: int = 4) -> li
     losses = []
     for step in range(steps):
         batch = random_batch(step).to(device)
-        tokens = int((batch.tgt_out != PAD_ID).sum())
+        tokens = batch.num_tgt_tokens
         loss_sum, _, applied = train_step(
             training.loss_fn,
             [batch],
@@ -92,8 +91,8 @@ def syncs_raise() -> Iterator[None]:
 
 
 class SyncFreeLoss(nn.Module):
-    """A loss that never waits for the GPU itself (SummedLoss's boolean masks do: the host reads
-    how many positions they keep), so that only train_step's own waits show."""
+    """A loss of one parameter with no waits of its own, so that only train_step's waits show
+    and a skipped update is visible in Adam's step count."""
 
     def __init__(self):
         super().__init__()
@@ -118,6 +117,31 @@ def test_a_training_step_on_cuda_never_waits_for_the_gpu():
     assert optimizer.state[loss_fn.weight]["step"] == 2
     with syncs_raise(), pytest.raises(RuntimeError, match="synchroniz"):
         train_step(loss_fn, [batch], 1.0, optimizer, scheduler, 1.0, host_check=True)
+
+
+@pytest.mark.parametrize("pe", ["sinusoidal", "learned", "rope", "alibi"])
+def test_the_configured_training_step_on_cuda_never_waits_for_the_gpu(pe):
+    """The model's forward and backward, the label-smoothed loss on the real target positions
+    (Batch.real), clipping and fused Adam: queued without a host sync (after one warm-up step,
+    which may initialise kernels)."""
+    cfg = compose_config(f"pe={pe}", "model.d_model=64", "model.d_ff=128")
+    training = build_training(cfg, 40, 40, CUDA)
+    results = []
+    for seed in range(3):
+        batch = random_batch(seed).to(CUDA)
+        with syncs_raise() if seed else nullcontext():
+            results.append(
+                train_step(
+                    training.loss_fn,
+                    [batch],
+                    1e-2,
+                    training.optimizer,
+                    training.scheduler,
+                    1.0,
+                    host_check=False,
+                )
+            )
+    assert all(bool(applied) and torch.isfinite(loss) for loss, _, applied in results)
 
 
 @pytest.mark.parametrize("pe", ["sinusoidal", "learned", "rope", "alibi"])

@@ -2,6 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from minimt.data.tokenizer import PAD_ID
 from minimt.model.loss import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from minimt.train.step import SummedLoss
 from tests.helpers import collate, tiny_transformer
@@ -93,7 +94,9 @@ def test_summed_loss_in_chunks_equals_the_whole_loss_and_gradients(precision):
     found = {}
     for chunk in (None, 3):
         model = tiny_transformer(40, seed=3)
-        loss = SummedLoss(model, 0.1, autocast, chunk)(batch.src, batch.tgt_in, batch.tgt_out)
+        loss = SummedLoss(model, 0.1, autocast, chunk)(
+            batch.src, batch.tgt_in, batch.tgt_out, batch.real
+        )
         loss.backward()
         found[chunk] = loss.item(), {n: p.grad for n, p in model.named_parameters()}
     (whole, whole_grads), (chunked, chunked_grads) = found[None], found[3]
@@ -103,3 +106,19 @@ def test_summed_loss_in_chunks_equals_the_whole_loss_and_gradients(precision):
         torch.testing.assert_close(
             chunked_grads[name], grad, rtol=0, atol=tolerance * grad.abs().max() + 1e-7, msg=name
         )
+
+
+def test_summed_loss_scores_the_real_target_positions_only():
+    """SummedLoss = torch's label-smoothed cross-entropy of the model's logits at tgt_out's
+    non-pad positions (a boolean mask), summed."""
+    batch = collate([[5, 6, 7], [8, 9], [3, 4, 5, 6]], [[10, 11], [12, 13, 14, 15], [7]])
+    model = tiny_transformer(40, seed=3).eval()
+    loss = SummedLoss(model, 0.1, torch.autocast("cpu", enabled=False))(
+        batch.src, batch.tgt_in, batch.tgt_out, batch.real
+    )
+    logits = model.project(model.decode(batch.tgt_in, model.encode(batch.src), batch.src))
+    real = batch.tgt_out != PAD_ID
+    expected = F.cross_entropy(
+        logits[real], batch.tgt_out[real], label_smoothing=0.1, reduction="sum"
+    )
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)

@@ -24,11 +24,14 @@ T = TypeVar("T")
 
 @dataclass
 class Batch:
-    """src (B, S) ends in <eos>; tgt_in (B, T) starts with <bos>; tgt_out (B, T) ends in <eos>."""
+    """src (B, S) ends in <eos>; tgt_in (B, T) starts with <bos>; tgt_out (B, T) ends in <eos>;
+    real (N,) the flat positions (row * T + column) of tgt_out's N non-pad tokens, found when
+    the batch is collated, so that selecting them on a GPU needs no size from the device."""
 
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
+    real: Tensor
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`. To a GPU through page-locked memory: a copy from there is
@@ -37,13 +40,13 @@ class Batch:
         return Batch(
             *(
                 (t.pin_memory() if pin else t).to(device, non_blocking=True)
-                for t in (self.src, self.tgt_in, self.tgt_out)
+                for t in (self.src, self.tgt_in, self.tgt_out, self.real)
             )
         )
 
     @property
     def num_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD_ID).sum())
+        return len(self.real)
 
 
 def token_batches(
@@ -112,10 +115,12 @@ def source_tensor(src_ids: Sequence[Sequence[int]]) -> Tensor:
 
 def flat_batch(src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]) -> Batch:
     """The batch of rows given as (ids one after another, lengths) per side."""
+    tgt_out = padded(*tgt, last=EOS_ID)
     return Batch(
         src=padded(*src, last=EOS_ID),
         tgt_in=padded(*tgt, first=BOS_ID),
-        tgt_out=padded(*tgt, last=EOS_ID),
+        tgt_out=tgt_out,
+        real=torch.from_numpy(np.flatnonzero(tgt_out.numpy() != PAD_ID)),
     )
 
 

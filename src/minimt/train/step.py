@@ -14,7 +14,6 @@ from torch import Tensor, nn
 
 from minimt.config import build_model
 from minimt.data.batching import Batch
-from minimt.data.tokenizer import PAD_ID
 from minimt.model.loss import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from minimt.model.transformer import Transformer
 from minimt.runtime import precision_autocast, resolve_precision
@@ -52,19 +51,22 @@ class SummedLoss(nn.Module):
         self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
         self.chunk_rows = chunk_rows
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-        """(B, S) src, (B, T) tgt_in and tgt_out -> scalar; logits only for non-pad positions."""
-        real = tgt_out != PAD_ID  # (B, T)
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, real: Tensor) -> Tensor:
+        """(B, S) src, (B, T) tgt_in and tgt_out, (N,) flat positions of tgt_out's real tokens
+        (Batch.real) -> scalar; logits only for those positions. Selecting them by index, not by
+        a mask, keeps the step free of host syncs on a GPU (a mask's row count lives there)."""
         eps = self.label_smoothing
+        target = tgt_out.flatten().index_select(0, real)  # (N,)
         with self.autocast:
-            hidden = self.model.decode(tgt_in, self.model.encode(src), src)[real]  # (N, d_model)
+            hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
+            hidden = hidden.flatten(0, 1).index_select(0, real)  # (N, d_model)
             if self.chunk_rows:
                 weight = self.model.output_matrix
                 return projected_label_smoothed_cross_entropy(
-                    hidden, weight, tgt_out[real], eps, self.chunk_rows
+                    hidden, weight, target, eps, self.chunk_rows
                 )
             logits = self.model.project(hidden)  # (N, V)
-        return label_smoothed_cross_entropy(logits, tgt_out[real], eps)
+        return label_smoothed_cross_entropy(logits, target, eps)
 
 
 def training_loss(
@@ -158,7 +160,7 @@ def train_step(
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         with nullcontext() if last or not hasattr(loss_fn, "no_sync") else loss_fn.no_sync():
-            loss = loss_fn(batch.src, batch.tgt_in, batch.tgt_out)
+            loss = loss_fn(batch.src, batch.tgt_in, batch.tgt_out, batch.real)
             (loss * scale).backward()
         total = total + loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), clip_grad_norm or math.inf)
