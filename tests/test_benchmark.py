@@ -33,6 +33,8 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
         "benchmark.matmul_size=512",
         "benchmark.repeats=1",
         "benchmark.decode_sentences=50",
+        "benchmark.profile_steps=2",
+        "benchmark.profile_sentences=10",
         f"hydra.run.dir={out}",
     ]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
@@ -60,6 +62,11 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
     assert all(v["tgt_tokens_per_s"] > 0 for v in variants.values())
     assert report["matmul_peak_flops_per_s"][report["precision"]] > 0
     assert report["matmul_peak_flops_per_s"]["fp32"] > 0
+    for part in ("training", "beam5_decoding"):
+        ops = report["profile"][part]
+        shares = [op["self_share"] for op in ops]
+        assert len(ops) == 15 and shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1
+    assert any(op["op"] in ("aten::mm", "aten::addmm") for op in report["profile"]["training"])
 
 
 def test_compare_with_an_unknown_peer_names_the_missing_script(tmp_path):

@@ -12,8 +12,9 @@ without the key/value cache, beam 5 (with no benchmark.run, the barely trained m
 length cap: a worst case); (f) peak RSS and, on GPU, peak allocated memory; (g) the effect of each
 fast-path setting: training tokens/s of `benchmark.variants` (one setting changed each) taking
 turns window by window with the config; (h) with `--compare NAME`, the peer toolkit trained by
-scripts/peers/NAME.sh for `benchmark.compare_minutes`. Prints a table and writes benchmark.json
-into the Hydra run directory.
+scripts/peers/NAME.sh for `benchmark.compare_minutes`; (i) with `benchmark.profile_steps`, the
+ops taking the most time in training steps and in beam-5 decoding (torch.profiler). Prints a
+table and writes benchmark.json into the Hydra run directory.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from minimt.bench.measure import (
     synchronize,
     timed,
 )
+from minimt.bench.profile import top_ops
 from minimt.config import ConfigError, validate_config
 from minimt.data.batching import prefetched
 from minimt.data.splits import RunData, prepare_data
@@ -59,6 +61,7 @@ from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+PROFILE_ROWS_SHOWN = 5  # of each profile in the printed table; benchmark.json has them all
 
 
 class TrainingRun:
@@ -173,12 +176,17 @@ def measure_padding(data: RunData) -> dict[str, float]:
     return found
 
 
-def measure_decoding(cfg: DictConfig, data: RunData, model: Transformer, precision: str) -> dict:
+def decoding_translator(
+    cfg: DictConfig, data: RunData, model: Transformer, precision: str
+) -> Translator:
+    """The trained run's best checkpoint (`benchmark.run`), else the model just benchmarked."""
+    if cfg.benchmark.run:
+        return Translator.from_run(cfg.benchmark.run, "best", device=cfg.trainer.device)
+    return Translator.from_config(model, data.tokenizers, cfg, precision)
+
+
+def measure_decoding(cfg: DictConfig, data: RunData, translator: Translator) -> dict:
     bench = cfg.benchmark
-    if bench.run:
-        translator = Translator.from_run(bench.run, "best", device=cfg.trainer.device)
-    else:
-        translator = Translator.from_config(model, data.tokenizers, cfg, precision)
     name, (sources, references) = next(iter(data.splits.tests.items()))
     n = bench.decode_sentences
     rates, seconds, bleu = decoding_rates(translator, sources[:n], references[:n], bench.repeats)
@@ -189,6 +197,19 @@ def measure_decoding(cfg: DictConfig, data: RunData, model: Transformer, precisi
         "sentences_per_s": rates,
         "seconds": seconds,
         "bleu": bleu,
+    }
+
+
+def measure_profile(
+    run: TrainingRun, translator: Translator, data: RunData, bench: DictConfig
+) -> dict[str, list[dict]]:
+    """Top ops by self time of `profile_steps` training steps and of beam-5 decoding of the
+    first test set's first `profile_sentences` sentences."""
+    sources = next(iter(data.splits.tests.values()))[0][: bench.profile_sentences]
+    rows = bench.profile_rows
+    return {
+        "training": top_ops(lambda: run.window(bench.profile_steps), run.device, rows),
+        "beam5_decoding": top_ops(lambda: translator.translate(sources, beam=5), run.device, rows),
     }
 
 
@@ -211,6 +232,7 @@ def benchmark(cfg: DictConfig, out_dir: Path, peers_dir: Path) -> dict:
     training = measure_training({"config": run}, bench)["config"]
     training["mfu"] = training["model_flops_per_s"] / roof[run.training.precision]
     synchronize(device)
+    translator = decoding_translator(cfg, data, run.training.model, run.training.precision)
     report = {
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -220,12 +242,14 @@ def benchmark(cfg: DictConfig, out_dir: Path, peers_dir: Path) -> dict:
         "matmul_peak_flops_per_s": roof,
         "training": training,
         "padding_fraction": measure_padding(data),
-        "decoding": measure_decoding(cfg, data, run.training.model, run.training.precision),
+        "decoding": measure_decoding(cfg, data, translator),
         "peak_rss_mb": peak_rss_mb(),  # before the variants' extra models
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     if device.type == "cuda":
         report["peak_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    if bench.profile_steps:
+        report["profile"] = measure_profile(run, translator, data, bench)
     if bench.variants:
         report["variants"] = measure_variants(cfg, data, device)
     if bench.compare:
@@ -307,6 +331,11 @@ def format_table(report: dict) -> str:
             ),
             (f"{name}: beam-5 sentences/s", f"{peer['beam5_sentences_per_s']:,.1f}"),
             (f"{name}: peak RSS", f"{peer['peak_rss_mb']:,.0f} MB"),
+        ]
+    for part, ops in report.get("profile", {}).items():
+        rows += [
+            (f"profile {part}: {op['op']}", f"{op['self_share']:.1%} of self time")
+            for op in ops[:PROFILE_ROWS_SHOWN]
         ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
