@@ -22,3 +22,6 @@ def test_the_peak_is_kept_with_its_phase_and_time():
     assert found["peak_phase"] == "big"
     assert found["peak_rss_mb"] >= before + 190
     assert 0.05 <= found["peak_at_seconds"] < 10
+    by_phase = found["peak_rss_mb_by_phase"]
+    assert list(by_phase) == ["setup", "small", "big", "after"]
+    assert by_phase["big"] == found["peak_rss_mb"] >= by_phase["small"] + 190

@@ -174,6 +174,7 @@ def test_smoke_run_writes_metrics_json(smoke_run):
     memory = on_disk["memory"]  # the run's RSS, sampled every second
     assert 100 < memory["peak_rss_mb"] < 8000
     assert memory["peak_phase"] in ("setup", "training", "test decoding")
+    assert max(memory["peak_rss_mb_by_phase"].values()) == memory["peak_rss_mb"]
     assert 0 <= memory["peak_at_seconds"] <= on_disk["train_seconds"] + 600
 
 

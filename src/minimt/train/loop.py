@@ -321,7 +321,9 @@ def finish(
     ckpt_dir = run.run_dir / "checkpoints"
     extra = {}
     if cfg.trainer.average_last:  # before best.pt, so that the hooks see the best weights
+        memory.phase = "checkpoint averaging"
         averaged = average_last_checkpoints(ckpt_dir, cfg.trainer.average_last)
+        memory.phase = "test decoding"
         extra["averaged_from"] = load_checkpoint(averaged)["averaged_from"]
         log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
         extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)

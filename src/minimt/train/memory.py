@@ -21,8 +21,8 @@ class PeakMemory:
     """A background thread sampling rss_mb() every `interval` seconds while in a `with` block.
 
     The loop names what it is doing (`phase`, e.g. "training", "test decoding"); the peak keeps
-    the phase and the seconds since the start at which it was reached. Pages of memory-mapped
-    files that were read count, as in any RSS figure.
+    the phase and the seconds since the start at which it was reached, and each phase keeps its
+    own peak. Pages of memory-mapped files that were read count, as in any RSS figure.
     """
 
     interval: float = 1.0
@@ -30,12 +30,14 @@ class PeakMemory:
     peak_mb: float = 0.0
     peak_seconds: float = 0.0
     peak_phase: str = "setup"
+    peak_by_phase: dict[str, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _start: float = field(default_factory=time.monotonic, repr=False)
 
     def sample(self) -> None:
         found = rss_mb()
+        self.peak_by_phase[self.phase] = max(self.peak_by_phase.get(self.phase, 0.0), found)
         if found > self.peak_mb:
             self.peak_mb, self.peak_phase = found, self.phase
             self.peak_seconds = time.monotonic() - self._start
@@ -57,11 +59,15 @@ class PeakMemory:
         self.sample()
 
     def summary(self) -> dict:
-        """metrics.json's "memory": the peak RSS in MB, when (seconds from the start) and where."""
+        """metrics.json's "memory": the peak RSS in MB, when (seconds from the start) and where,
+        and each phase's peak."""
         self.sample()
         return {
             "peak_rss_mb": round(self.peak_mb, 1),
             "peak_at_seconds": round(self.peak_seconds, 1),
             "peak_phase": self.peak_phase,
+            "peak_rss_mb_by_phase": {
+                phase: round(peak, 1) for phase, peak in self.peak_by_phase.items()
+            },
             "sampled_every_seconds": self.interval,
         }
