@@ -41,7 +41,6 @@ def script_bigram(model: Transformer, monkeypatch, transitions: dict[int, dict[i
 
     def decode_step(tokens: torch.Tensor, cache) -> torch.Tensor:  # (N, 1) -> (N, 1, V)
         fed.append(tokens)
-        cache.position += 1
         return F.one_hot(tokens, VOCAB).float()
 
     monkeypatch.setattr(model, "decode_step", decode_step)

@@ -185,9 +185,14 @@ def decoding_translator(
     return Translator.from_config(model, data.tokenizers, cfg, precision)
 
 
+def first_test_set(data: RunData) -> tuple[str, tuple[list[str], list[str]]]:
+    """The test set decoding is timed on: (name, (sources, references))."""
+    return next(iter(data.splits.tests.items()))
+
+
 def measure_decoding(cfg: DictConfig, data: RunData, translator: Translator) -> dict:
     bench = cfg.benchmark
-    name, (sources, references) = next(iter(data.splits.tests.items()))
+    name, (sources, references) = first_test_set(data)
     n = bench.decode_sentences
     rates, seconds, bleu = decoding_rates(translator, sources[:n], references[:n], bench.repeats)
     return {
@@ -205,7 +210,7 @@ def measure_profile(
 ) -> dict[str, list[dict]]:
     """Top ops by self time of `profile_steps` training steps and of beam-5 decoding of the
     first test set's first `profile_sentences` sentences."""
-    sources = next(iter(data.splits.tests.values()))[0][: bench.profile_sentences]
+    sources = first_test_set(data)[1][0][: bench.profile_sentences]
     rows = bench.profile_rows
     return {
         "training": top_ops(lambda: run.window(bench.profile_steps), run.device, rows),

@@ -215,8 +215,16 @@ class DecoderCache:
 
     layers: list[LayerCache]
     src_mask: Tensor  # (B, 1, 1, S), True = real source token
-    position: int = 0  # position of the next target token fed in (<bos> is position 0)
-    rows_per_sentence: int = 1  # k
+
+    @property
+    def position(self) -> int:
+        """Position of the next target token fed in (<bos> is position 0): the filled length."""
+        return self.layers[0].length
+
+    @property
+    def rows_per_sentence(self) -> int:
+        """k: rows (hypotheses) per sentence, 1 until beam search widens them."""
+        return self.layers[0].k_buffer.size(0) // self.src_mask.size(0)
 
     @staticmethod
     def sentence_rows(sentences: Tensor, k: int) -> Tensor:
@@ -239,7 +247,6 @@ class DecoderCache:
         self-attention keys/values move; a sentence's rows share the rest."""
         for layer in self.layers:
             layer.reorder_self(rows)
-        self.rows_per_sentence = rows.numel() // self.src_mask.size(0)
 
 
 class DecoderLayer(nn.Module):
@@ -456,7 +463,6 @@ class Transformer(nn.Module):
         y = self.embedding.encode_target(tokens, offset=position)  # (N, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             y = layer.step(y, layer_cache, cache.src_mask, position, self_mask)
-        cache.position += 1
         return self.decoder_norm(y)
 
     @property
