@@ -4,7 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.model.search import Hypothesis, beam_search, greedy_decode, length_penalty_of
+from minimt.model.search import (
+    Hypothesis,
+    beam_search,
+    best_extensions,
+    greedy_decode,
+    length_penalty_of,
+)
 from minimt.model.transformer import Transformer
 from tests.test_decoding import (
     BOS,
@@ -54,6 +60,20 @@ def teacher_forced_log_prob(model: Transformer, src: list[int], tgt: list[int]) 
     tgt_in = torch.tensor([[BOS, *tgt[:-1]]])
     log_probs = F.log_softmax(model(torch.tensor([src]), tgt_in)[0], dim=-1)  # (T, V)
     return float(log_probs.gather(1, torch.tensor(tgt)[:, None]).sum())
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_best_extensions_are_the_best_of_all_hypothesis_token_sums(k):
+    beam, sentences, vocab = 3, 4, 50
+    generator = torch.Generator().manual_seed(k)
+    log_probs = torch.randn(sentences, k, generator=generator) * 3  # (B', k)
+    step_log_probs = F.log_softmax(torch.randn(sentences * k, vocab, generator=generator), dim=-1)
+    cand_log_probs, cand_beam, cand_token = best_extensions(log_probs, step_log_probs, beam)
+    sums = (log_probs[:, :, None] + step_log_probs.view(sentences, k, vocab)).view(sentences, -1)
+    expected, flat = sums.sort(dim=1, descending=True)  # all k * V sums of each sentence
+    torch.testing.assert_close(cand_log_probs, expected[:, : 2 * beam], rtol=0, atol=0)
+    assert torch.equal(cand_beam, flat[:, : 2 * beam] // vocab)
+    assert torch.equal(cand_token, flat[:, : 2 * beam] % vocab)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
