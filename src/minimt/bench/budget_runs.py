@@ -22,7 +22,7 @@ def flat_settings(config: Mapping, prefix: str = "") -> dict[str, object]:
 
 
 def differing_settings(configs: list[Mapping]) -> list[str]:
-    """The settings whose values are not the same in all configs (missing counts as a value)."""
+    """The settings whose values are not the same in all configs (a missing one reads as None)."""
     flats = [flat_settings(config) for config in configs]
     keys = sorted({key for flat in flats for key in flat} - set(NOT_SETTINGS))
     return [key for key in keys if len({repr(flat.get(key)) for flat in flats}) > 1]
@@ -44,12 +44,12 @@ def budget_table(runs: Mapping[str, Mapping]) -> list[str]:
         validations = ", ".join(f"{v['bleu']:.2f} ({v['step']})" for v in metrics["val_history"])
         cells = [name, *(str(flat.get(key, "-")) for key in settings)]
         cells += [f"{metrics['steps']:,}", validations]
-        cells += [test_cell(metrics["test"].get(test_set)) for test_set in test_sets]
+        cells += [score_cell(metrics["test"].get(test_set)) for test_set in test_sets]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def test_cell(score: Mapping | None) -> str:
+def score_cell(score: Mapping | None) -> str:
     """A test set's record in metrics.json -> 'BLEU / chrF (beam k)', '-' where not scored."""
     if score is None:
         return "-"
