@@ -220,18 +220,11 @@ def best_extensions(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """log_probs (B', k) of the live hypotheses, step_log_probs (B' * k, V) of their next token
     -> each sentence's 2 * beam best extensions, best first: summed log-probabilities, the
-    hypothesis extended (0..k-1) and the token, each (B', 2 * beam).
-
-    A sentence's best 2 * beam extensions are among each of its hypotheses' own best 2 * beam
-    tokens (a hypothesis adds the same log_probs to all of its tokens), so only those k * 2 * beam
-    are ranked, never the k * V sums.
-    """
-    n_best = 2 * beam
-    row_log_probs, row_tokens = step_log_probs.topk(n_best, dim=1)  # (B' * k, 2 * beam)
-    totals = (log_probs.view(-1, 1) + row_log_probs).view(log_probs.size(0), -1)  # (B', k * 2beam)
-    cand_log_probs, cand = totals.topk(n_best, dim=1)
-    cand_token = row_tokens.view(log_probs.size(0), -1).gather(1, cand)
-    return cand_log_probs, cand // n_best, cand_token
+    hypothesis extended (0..k-1) and the token, each (B', 2 * beam)."""
+    vocab = step_log_probs.size(-1)
+    totals = (log_probs.view(-1, 1) + step_log_probs).view(log_probs.size(0), -1)  # (B', k * V)
+    cand_log_probs, cand = totals.topk(2 * beam, dim=1)
+    return cand_log_probs, cand // vocab, cand % vocab
 
 
 def set_aside(
