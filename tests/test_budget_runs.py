@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from minimt.bench.budget_runs import budget_table, differing_settings
+from minimt.bench.budget_runs import budget_table, differing_settings, flat_settings
 from tests.helpers import REPO
 
 
@@ -21,7 +21,10 @@ def test_only_settings_that_differ_are_columns_and_the_data_location_is_none():
         {"trainer": {"lr": 2e-3, "seed": 1, "betas": [0.9, 0.98]}, "data": {"url": "b"}},
         {"trainer": {"lr": 2e-3, "seed": 1}, "data": {"url": "c"}},
     ]
-    assert differing_settings(configs) == ["trainer.betas", "trainer.lr"]
+    assert differing_settings([flat_settings(config) for config in configs]) == [
+        "trainer.betas",
+        "trainer.lr",
+    ]
 
 
 def test_a_row_per_run_in_order_with_its_settings_validations_and_test_scores():

@@ -21,9 +21,9 @@ def flat_settings(config: Mapping, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def differing_settings(configs: list[Mapping]) -> list[str]:
-    """The settings whose values are not the same in all configs (a missing one reads as None)."""
-    flats = [flat_settings(config) for config in configs]
+def differing_settings(flats: list[Mapping[str, object]]) -> list[str]:
+    """The settings whose values are not the same in all of flats (flat_settings of each run's
+    config; a missing one reads as None)."""
     keys = sorted({key for flat in flats for key in flat} - set(NOT_SETTINGS))
     return [key for key in keys if len({repr(flat.get(key)) for flat in flats}) > 1]
 
@@ -34,15 +34,15 @@ def budget_table(runs: Mapping[str, Mapping]) -> list[str]:
     Columns: the settings that differ between the runs, updates, greedy val BLEU at each
     validation (its step in brackets), and each test set's BLEU and chrF with its beam size.
     """
-    settings = differing_settings([metrics["config"] for metrics in runs.values()])
+    flats = {name: flat_settings(metrics["config"]) for name, metrics in runs.items()}
+    settings = differing_settings(list(flats.values()))
     test_sets = sorted({name for metrics in runs.values() for name in metrics["test"]})
     header = ["run", *settings, "updates", "val BLEU (step)"]
     header += [f"{name} BLEU / chrF" for name in test_sets]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for name, metrics in runs.items():
-        flat = flat_settings(metrics["config"])
         validations = ", ".join(f"{v['bleu']:.2f} ({v['step']})" for v in metrics["val_history"])
-        cells = [name, *(str(flat.get(key, "-")) for key in settings)]
+        cells = [name, *(str(flats[name].get(key, "-")) for key in settings)]
         cells += [f"{metrics['steps']:,}", validations]
         cells += [score_cell(metrics["test"].get(test_set)) for test_set in test_sets]
         lines.append("| " + " | ".join(cells) + " |")
