@@ -213,6 +213,7 @@ def test_a_resumed_run_on_cuda_ends_with_the_parameters_of_an_uninterrupted_one(
         tmp_path / "b",
     )
     assert resumed["steps"] == straight["steps"] == 30
+    assert resumed["device"] == torch.cuda.get_device_name() != "cuda"
     assert resumed["tgt_tokens"] == straight["tgt_tokens"]
     expected, got = final_weights(tmp_path / "a", 30), final_weights(tmp_path / "b", 30)
     for name, tensor in expected.items():

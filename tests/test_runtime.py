@@ -1,8 +1,9 @@
 """Threads for runs that share a machine: the cores split between the launcher's parallel jobs."""
 
 import pytest
+import torch
 
-from minimt.runtime import threads_per_job
+from minimt.runtime import device_name, threads_per_job
 
 
 @pytest.mark.parametrize(
@@ -29,3 +30,7 @@ def test_an_explicit_thread_count_wins():
 
 def test_without_parallel_jobs_torch_keeps_its_default():
     assert threads_per_job(None, None, 16) is None
+
+
+def test_the_device_is_named_cpu_on_the_cpu():
+    assert device_name(torch.device("cpu")) == "cpu"

@@ -140,6 +140,7 @@ def test_patience_stops_a_run_that_also_scores_the_average(tmp_path):
 
     on_disk = json.loads((run_dir / "metrics.json").read_text())
     assert on_disk["steps"] == 10 and [v["step"] for v in on_disk["val_history"]] == [5, 10]
+    assert on_disk["device"] == "cpu"
     assert on_disk["stop_reason"] == metrics["stop_reason"]
     assert on_disk["stop_reason"].startswith("trainer.patience reached")
     assert f"at step {on_disk['best_step']}" in on_disk["stop_reason"]

@@ -23,6 +23,11 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def device_name(device: torch.device) -> str:
+    """The device in words for metrics.json: the GPU's name (NVIDIA H100 80GB HBM3), or cpu."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 def bf16_supported(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()

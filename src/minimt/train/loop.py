@@ -28,7 +28,13 @@ from minimt.checkpoint import (
 )
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
-from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
+from minimt.runtime import (
+    device_name,
+    job_num_threads,
+    pick_device,
+    seed_everything,
+    set_num_threads,
+)
 from minimt.train.distributed import Distributed
 from minimt.train.epochs import step_batches
 from minimt.train.evaluation import score_test_sets, validate
@@ -334,6 +340,7 @@ def finish(
         "epochs_completed": state.epoch,
         "stop_reason": stop_reason,
         "precision": run.translator.precision,
+        "device": device_name(run.device),
         "world_size": world_size,
         "accumulate": cfg.trainer.accumulate,
         "train_seconds": state.train_seconds,
