@@ -49,6 +49,11 @@ RESUME_KEYS = (
 )
 
 
+# trainer.shape_buckets: each bucket is a shape that torch.compile compiles once; past its
+# recompile limit (8) it would fall back to eager steps.
+MAX_SHAPE_BUCKETS = 8
+
+
 class ConfigError(ValueError):
     """A config value that cannot work; the message names the key and the allowed values."""
 
@@ -176,6 +181,13 @@ RULES: dict[str, Rule] = {
     "trainer.loss_chunk_rows": optional_positive_int,
     "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
     "trainer.compile": boolean,
+    "trainer.shape_buckets": lambda v: (
+        None
+        if v is None
+        else positive_int_list(v)
+        or (None if 0 < len(v) <= MAX_SHAPE_BUCKETS else f"must hold 1 to {MAX_SHAPE_BUCKETS}")
+        or (None if list(v) == sorted(set(v)) else "must be increasing")
+    ),
     "trainer.prefetch": non_negative_int,
     "decoding.max_len_a": non_negative_number,
     "decoding.max_len_b": positive_int,
@@ -232,6 +244,13 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
             f"{cfg.data.max_train_len + 1} (room for <bos>/<eos>), got {cfg.model.max_seq_len}"
+        )
+    buckets = cfg.trainer.shape_buckets
+    if buckets and not cfg.data.max_train_len + 1 <= buckets[-1] <= cfg.model.max_seq_len:
+        problems.append(
+            f"trainer.shape_buckets' last length, {buckets[-1]}, must hold the longest training "
+            f"pair, data.max_train_len + 1 = {cfg.data.max_train_len + 1}, and fit "
+            f"model.max_seq_len={cfg.model.max_seq_len}"
         )
     average_last, keep = cfg.trainer.average_last, cfg.trainer.keep_checkpoints
     if average_last is not None and average_last > keep:

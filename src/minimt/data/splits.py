@@ -184,7 +184,12 @@ def prepare_data(cfg: DictConfig) -> RunData:
     return RunData(
         splits=splits,
         tokenizers=tokenizers,
-        train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
+        train_batches=BatchedPairs(
+            train_pairs,
+            batch_tokens,
+            seed=cfg.trainer.seed,
+            shape_buckets=cfg.trainer.shape_buckets,
+        ),
         val_batches=BatchedPairs(tokenize_pairs(tokenizers, text_pairs(*splits.val)), batch_tokens),
         summary=training_summary(train_pairs),
     )

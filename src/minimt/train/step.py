@@ -37,7 +37,8 @@ class SummedLoss(nn.Module):
     """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps).
 
     chunk_rows: project and score that many target positions at a time, so the (N, V) logits
-    never exist whole (None: all at once).
+    never exist whole (None: all at once). fixed_shapes: `real` may name pad positions
+    (batching.fixed_shape), whose targets count 0.
     """
 
     def __init__(
@@ -46,10 +47,12 @@ class SummedLoss(nn.Module):
         label_smoothing: float,
         autocast: torch.autocast,
         chunk_rows: int | None = None,
+        fixed_shapes: bool = False,
     ):
         super().__init__()
         self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
         self.chunk_rows = chunk_rows
+        self.ignore_index = model.pad_id if fixed_shapes else None
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, real: Tensor) -> Tensor:
         """(B, S) src, (B, T) tgt_in and tgt_out, (N,) flat positions of tgt_out's real tokens
@@ -63,10 +66,10 @@ class SummedLoss(nn.Module):
             if self.chunk_rows:
                 weight = self.model.output_matrix
                 return projected_label_smoothed_cross_entropy(
-                    hidden, weight, target, eps, self.chunk_rows
+                    hidden, weight, target, eps, self.chunk_rows, self.ignore_index
                 )
             logits = self.model.project(hidden)  # (N, V)
-        return label_smoothed_cross_entropy(logits, target, eps)
+        return label_smoothed_cross_entropy(logits, target, eps, self.ignore_index)
 
 
 def training_loss(
@@ -76,9 +79,18 @@ def training_loss(
     wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
 ) -> nn.Module:
     """The summed label-smoothed loss of a training step, `wrap`ped (DDP), then through
-    torch.compile (shapes dynamic: batches differ in length) when `trainer.compile`."""
-    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast, trainer.loss_chunk_rows))
-    return torch.compile(loss_fn, dynamic=True) if trainer.compile else loss_fn
+    torch.compile when `trainer.compile`: shapes dynamic (batches differ in length), or with
+    trainer.shape_buckets one compilation per bucket, replayed as a CUDA graph on a GPU
+    (mode reduce-overhead)."""
+    fixed = trainer.shape_buckets is not None
+    loss_fn = wrap(
+        SummedLoss(model, trainer.label_smoothing, autocast, trainer.loss_chunk_rows, fixed)
+    )
+    if not trainer.compile:
+        return loss_fn
+    if fixed:
+        return torch.compile(loss_fn, dynamic=False, mode="reduce-overhead")
+    return torch.compile(loss_fn, dynamic=True)
 
 
 def make_optimizer(
