@@ -1,6 +1,5 @@
 import errno
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -88,7 +87,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path, monkeyp
     save_checkpoint(path, {"state": {"step": 10}})
 
     def write_half_then_fail(obj, file):
-        Path(file).write_bytes(b"PK\x03\x04 half a zip")
+        file.write(b"PK\x03\x04 half a zip")
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", write_half_then_fail)

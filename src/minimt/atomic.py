@@ -1,12 +1,21 @@
 """Crash-safe file writing: a file appears complete under its final name, or not at all."""
 
+import errno
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from minimt.errors import MinimtError
+
 TEMP_SUFFIX = ".tmp"
+
+
+class WriteError(MinimtError, OSError):
+    """A file that could not be written (a full disk, a read-only folder); the message names it
+    and says why, and the file previously under its name is kept."""
 
 
 @contextmanager
@@ -15,19 +24,41 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
 
     A crash or an exception inside the block leaves the previous file (if any) untouched and no
     partial file under the final name; the temporary file is removed on failure (after kill -9
-    it stays behind as a hidden .tmp file, which `remove_temp_files` clears).
+    it stays behind as a hidden .tmp file, which `remove_temp_files` clears). An OSError while
+    writing (ENOSPC: a full disk) is raised as a WriteError that names `path` and says why.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         with tmp.open("rb+") as file:
             os.fsync(file.fileno())
         os.replace(tmp, path)
         _fsync_directory(path.parent)  # makes the rename itself survive a power loss
+    except OSError as error:
+        if isinstance(error, MinimtError) or _names_another_file(error, (tmp, path)):
+            raise  # e.g. a source file read inside the block: not this write's failure
+        raise WriteError(f"could not write {path}: {why_not_written(error, path)}") from error
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically."""
+    with atomic_write(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def why_not_written(error: OSError, path: Path) -> str:
+    """The reason of a failed write; for a full disk (or a failure without an errno) with the
+    free space of the filesystem that holds `path`."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, None):
+        folder = next(p for p in path.parents if p.exists())
+        free_mb = shutil.disk_usage(folder).free / 2**20
+        reason += f" ({free_mb:,.1f} MB free on the filesystem of {folder})"
+    return reason
 
 
 def remove_temp_files(folder: str | Path) -> list[Path]:
@@ -36,6 +67,10 @@ def remove_temp_files(folder: str | Path) -> list[Path]:
     for path in leftovers:
         path.unlink(missing_ok=True)
     return leftovers
+
+
+def _names_another_file(error: OSError, ours: tuple[Path, ...]) -> bool:
+    return error.filename is not None and Path(error.filename) not in ours
 
 
 def _fsync_directory(folder: Path) -> None:

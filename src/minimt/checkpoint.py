@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from minimt.atomic import atomic_write
+from minimt.atomic import WriteError, atomic_write, write_text
+from minimt.errors import MinimtError, NotFound
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(MinimtError, RuntimeError):
     """A checkpoint that cannot be written, read or used; the message names the file."""
 
 
@@ -22,9 +24,20 @@ class CheckpointMismatch(CheckpointError):
     """A checkpoint whose weights or settings do not fit the configured model."""
 
 
+class DamagedCheckpoint(CheckpointError):
+    """A checkpoint file cut short or corrupted (a copy that did not finish, a bad disk)."""
+
+
+class CheckpointWithCode(CheckpointError):
+    """A checkpoint that holds pickled code besides tensors and numbers: refused, never run."""
+
+
+class CheckpointWriteError(CheckpointError, WriteError):
+    """A checkpoint that could not be written (a full disk); the files already there are kept."""
+
+
 def save_json(path: str | Path, data: dict) -> None:
-    with atomic_write(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> None:
@@ -33,31 +46,68 @@ def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> None:
     A failed write (a full disk) leaves the file previously at `path` as it was.
     """
     try:
-        with atomic_write(path) as tmp:
-            torch.save(checkpoint, tmp)
-    except OSError as error:
-        raise CheckpointError(
-            f"could not write checkpoint {path}: {error.strerror or error}; the checkpoints "
-            f"already in {Path(path).parent} are intact (free disk space, then resume)"
+        with atomic_write(path) as tmp, tmp.open("wb") as file:
+            _torch_save(checkpoint, file)
+    except WriteError as error:
+        raise CheckpointWriteError(
+            f"{error}; the checkpoints already in {Path(path).parent} are intact"
         ) from error
+
+
+def _torch_save(checkpoint: dict[str, Any], file) -> None:
+    """torch.save into an open file, a failed write raised as the OSError behind it: torch
+    reports one as RuntimeError("[enforce fail at inline_container.cc] unexpected pos ...")."""
+    try:
+        torch.save(checkpoint, file)
+    except RuntimeError as error:
+        cause = error.__context__
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__context__
+        if cause is None:
+            raise OSError(f"torch.save stopped ({error})") from error
+        raise OSError(cause.errno, cause.strerror) from error
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint onto the CPU; `weights_only=True` refuses anything that would run code."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
+        raise NotFound(f"no checkpoint at {path}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
-        raise CheckpointError(f"cannot load checkpoint {path}: {error}") from error
+        code = re.search(r"GLOBAL ([\w.]+)", str(error))  # what weights_only refused to import
+        if isinstance(error, pickle.UnpicklingError) and code:
+            # from None: torch's message advises weights_only=False, which would run that code
+            raise CheckpointWithCode(
+                f"refusing checkpoint {path}: it holds code ({code[1]}) and minimt refuses to "
+                "run code from a file (checkpoints load weights only); use a checkpoint that "
+                "minimt's training wrote"
+            ) from None
+        raise DamagedCheckpoint(
+            f"cannot load checkpoint {path}: it is damaged (cut short or corrupted: "
+            f"{_first_sentence(error)})"
+        ) from error
+
+
+def loads(path: Path) -> bool:
+    """Whether the checkpoint at `path` loads (its tensors mapped, not read: cheap)."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        return False
+    return True
+
+
+def _first_sentence(error: Exception) -> str:
+    return str(error).split(". ")[0].strip()
 
 
 def latest_checkpoint(ckpt_dir: str | Path) -> Path:
     """The newest numbered checkpoint in `ckpt_dir` (the one a resumed run continues from)."""
     paths = step_checkpoints(ckpt_dir)
     if not paths:
-        raise FileNotFoundError(
+        raise NotFound(
             f"no numbered checkpoint (step_<N>.pt) in {ckpt_dir}: the run stopped before its "
             "first save (trainer.save_every steps); start it again instead of resuming"
         )
@@ -71,7 +121,7 @@ def resume_checkpoint(resume: str | Path) -> Path:
         return latest_checkpoint(resume / "checkpoints")
     if resume.is_file():
         return resume
-    raise FileNotFoundError(
+    raise NotFound(
         f"resume={resume}: no such run directory or checkpoint file (give the run's directory, "
         "e.g. outputs/2026-11-21/10-00-00, or one of its checkpoints/step_<N>.pt)"
     )
@@ -145,7 +195,7 @@ def average_last_checkpoints(ckpt_dir: str | Path, last: int) -> Path:
     """Average the newest `last` step_<N>.pt into averaged.pt (config and state of the newest)."""
     paths = step_checkpoints(ckpt_dir)[-last:]
     if not paths:
-        raise FileNotFoundError(f"no numbered checkpoints (step_<N>.pt) in {ckpt_dir}")
+        raise NotFound(f"no numbered checkpoints (step_<N>.pt) in {ckpt_dir}")
     checkpoints = [load_checkpoint(p) for p in paths]
     averaged = {
         "state": checkpoints[-1]["state"],

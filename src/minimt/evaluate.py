@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from minimt.atomic import write_text
 from minimt.checkpoint import save_json
 from minimt.data.corpus import read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
@@ -56,8 +57,7 @@ def evaluate_sets(
             hyps = translator.translate(sources, beam=beam, length_penalty=length_penalty)
             seconds = time.perf_counter() - start
             out = hyps_path(name, beam)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+            write_text(out, "".join(h + "\n" for h in hyps))
             scores = None if references is None else corpus_scores(hyps, references)
             evaluations.append(Evaluation(name, beam, scores, len(sources) / seconds, out))
     return evaluations

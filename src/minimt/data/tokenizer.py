@@ -17,8 +17,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from minimt.atomic import atomic_write
+from minimt.atomic import write_text
 from minimt.data.corpus import ParallelFiles
+from minimt.errors import NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +103,8 @@ class TokenizerPair:
         run_dir = Path(run_dir)
         files = {JOINT_FILE: self.src} if self.joint else {SRC_FILE: self.src, TGT_FILE: self.tgt}
         for name, tokenizer in files.items():
-            with atomic_write(run_dir / name) as tmp:
-                tokenizer.save(str(tmp))
+            # what tokenizer.save writes, but a full disk raises OSError, not a bare Exception
+            write_text(run_dir / name, tokenizer.to_str(pretty=True))
         # A tokenizer of the other layout left in the folder would be loaded instead of this one.
         for stale in {JOINT_FILE, SRC_FILE, TGT_FILE} - files.keys():
             (run_dir / stale).unlink(missing_ok=True)
@@ -118,7 +119,7 @@ class TokenizerPair:
             return cls(shared, shared)
         if src.is_file() and tgt.is_file():
             return cls(Tokenizer.from_file(str(src)), Tokenizer.from_file(str(tgt)))
-        raise FileNotFoundError(f"no tokenizer in {run_dir}: expected {joint}, or {src} and {tgt}")
+        raise NotFound(f"no tokenizer in {run_dir}: expected {joint}, or {src} and {tgt}")
 
 
 def build_tokenizers(

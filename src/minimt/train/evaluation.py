@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from minimt.atomic import write_text
 from minimt.data.corpus import Pairs
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
@@ -62,7 +63,7 @@ def score_test_sets(
     results = {}
     for name, pairs in tests.items():
         scores, hyps = score(translator, pairs, beam, length_penalty)
-        (out / f"hyps.{name}{suffix}.txt").write_text("".join(h + "\n" for h in hyps))
+        write_text(out / f"hyps.{name}{suffix}.txt", "".join(h + "\n" for h in hyps))
         results[name] = {**scores.as_dict(), "beam": beam, "length_penalty": length_penalty}
         log.info(
             "%s%s (beam %d): BLEU %.2f chrF %.2f | %s",

@@ -1,0 +1,14 @@
+"""The errors a user can fix (config, data, run directory, checkpoint, disk).
+
+Each message says what went wrong, naming the file or key, and what to do; a script ends on one
+with that message as one line (`minimt.cli.one_line_errors`). Any other exception is a bug and
+keeps its traceback.
+"""
+
+
+class MinimtError(Exception):
+    """A problem the user can fix; the message alone says what and how."""
+
+
+class NotFound(MinimtError, FileNotFoundError):
+    """A file or directory the user named (a run, a checkpoint, a tokenizer) that is not there."""
