@@ -98,7 +98,8 @@ class Translator:
         device: str = "auto",
         batch_tokens: int | None = None,
     ) -> Translator:
-        """Rebuild from a run directory; checkpoint is best, last, averaged or a path;
+        """Rebuild from a run directory; checkpoint is best, last, averaged, a file name in its
+        checkpoints/ (step_800.pt) or a path;
         `batch_tokens` only changes speed (None: the run's trainer.batch_tokens)."""
         model, tokenizers, cfg = load_model(run_dir, checkpoint)
         torch_device = pick_device(device)
