@@ -5,18 +5,21 @@ python scripts/evaluate.py run=DIR checkpoint=averaged     # then use it
 """
 
 import sys
-from pathlib import Path
 
 from minimt.checkpoint import average_last_checkpoints, load_checkpoint
-from minimt.cli import parse_args
+from minimt.cli import one_line_errors, parse_args
+from minimt.rundir import checkpoint_dir
 
 DEFAULTS = {"run": "???", "last": 5}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
-if __name__ == "__main__":
-    args = parse_args(DEFAULTS, sys.argv[1:], USAGE)
-    try:
-        out = average_last_checkpoints(Path(args.run) / "checkpoints", args.last)
-    except FileNotFoundError as error:
-        sys.exit(f"error: {error}")
+
+@one_line_errors
+def main(argv: list[str]) -> None:
+    args = parse_args(DEFAULTS, argv, USAGE)
+    out = average_last_checkpoints(checkpoint_dir(args.run), args.last)
     print(f"averaged {', '.join(load_checkpoint(out)['averaged_from'])} -> {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

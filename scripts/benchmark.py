@@ -10,7 +10,6 @@ What it measures: the docstring of minimt.bench.benchmark. Prints a table and wr
 benchmark.json into the Hydra run directory.
 """
 
-import logging
 import sys
 from pathlib import Path
 
@@ -20,24 +19,20 @@ from omegaconf import DictConfig
 
 from minimt.bench.benchmark import benchmark, format_table
 from minimt.checkpoint import save_json
-from minimt.config import ConfigError, register_resolvers, validate_config
-from minimt.data.corpus import DataError
+from minimt.cli import one_line_errors
+from minimt.config import register_resolvers, validate_config
 from minimt.runtime import reexec_with_mimalloc
 
-log = logging.getLogger("minimt")
 register_resolvers()
 PEERS = Path(__file__).parent / "peers"
 
 
 @hydra.main(config_path="../configs", config_name="benchmark", version_base="1.3")
+@one_line_errors
 def main(cfg: DictConfig) -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        validate_config(cfg)
-        report = benchmark(cfg, out, PEERS)
-    except (ConfigError, DataError) as error:
-        log.error("%s", error)
-        sys.exit(1)
+    validate_config(cfg)
+    report = benchmark(cfg, out, PEERS)
     save_json(out / "benchmark.json", report)
     print(format_table(report))
     print(f"wrote {out / 'benchmark.json'}")

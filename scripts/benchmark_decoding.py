@@ -15,8 +15,7 @@ import torch
 
 from minimt.bench.measure import decoding_rates
 from minimt.checkpoint import save_json
-from minimt.cli import parse_args, setup_logging
-from minimt.data.corpus import DataError
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.translator import Translator
 
@@ -24,6 +23,7 @@ DEFAULTS = {"run": "???", "checkpoint": "best", "repeats": 3, "split": None}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()
@@ -31,10 +31,7 @@ def main(argv: list[str]) -> None:
     translator = Translator.from_run(run, args.checkpoint)
     data = translator.config.data
     split = args.split or test_set_names(data)[0]
-    try:
-        sources, references = load_held_out(data, [split])[split]
-    except DataError as error:
-        sys.exit(f"error: {error}")
+    sources, references = load_held_out(data, [split])[split]
     rates, seconds, bleu = decoding_rates(translator, sources, references, args.repeats)
     report = {
         "run": str(run),

@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 
 from minimt.bench.measure import peak_rss_mb
 from minimt.checkpoint import save_json
-from minimt.cli import parse_args, setup_logging
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.corpus import fetch_multi30k_file, read_parallel
 from minimt.data.splits import prepare_data
 
@@ -41,6 +41,7 @@ USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 STAGES = ("cold", "warm", "lists")
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from minimt.bench.budget_runs import budget_table
-from minimt.cli import parse_args
+from minimt.cli import one_line_errors, parse_args
 
 DEFAULTS = {"runs": "???"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
@@ -36,6 +36,7 @@ def read_metrics(entry: str) -> tuple[str, dict]:
         sys.exit(f"error: {path} is not a readable metrics.json of a finished run ({error!r})")
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     runs = dict(read_metrics(entry) for entry in args.runs)

@@ -11,13 +11,14 @@ differ is replaced, with a warning. Then: python scripts/report.py sweep=<dest>
 import sys
 from pathlib import Path
 
-from minimt.cli import parse_args, setup_logging
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.study.runs import collect_runs
 
 DEFAULTS = {"sweep": "???", "dest": "docs/study/runs"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from minimt.cli import parse_args
+from minimt.cli import one_line_errors, parse_args
 
 DEFAULTS = {"before": "???", "after": "???", "decoding_before": None, "decoding_after": None}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
@@ -38,6 +38,7 @@ def decoding_rows(report: dict) -> dict[str, float]:
     }
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     before = benchmark_rows(json.loads(Path(args.before).read_text()))

@@ -16,9 +16,9 @@ from pathlib import Path
 from omegaconf import ListConfig
 
 from minimt.checkpoint import average_last_checkpoints
-from minimt.cli import parse_args, setup_logging
-from minimt.data.corpus import DataError
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.evaluate import Evaluation, evaluate_sets, evaluation_sets, record_evaluations
+from minimt.rundir import checkpoint_dir
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -43,19 +43,17 @@ def as_list(value) -> list | None:
     return list(value) if isinstance(value, ListConfig | list) else [value]
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()
     run = Path(args.run)
     checkpoint = args.checkpoint
     if args.average:
-        average_last_checkpoints(run / "checkpoints", args.average)
+        average_last_checkpoints(checkpoint_dir(run), args.average)
         checkpoint = "averaged"
     translator = Translator.from_run(run, checkpoint, args.device, args.batch_tokens)
-    try:
-        sets = evaluation_sets(translator.config.data, as_list(args.split), args.src, args.ref)
-    except DataError as error:
-        sys.exit(f"error: {error}")
+    sets = evaluation_sets(translator.config.data, as_list(args.split), args.src, args.ref)
 
     def hyps_path(name: str, beam: int) -> Path:
         return Path(args.out) if args.out else run / "hyps" / f"{name}.beam{beam}.{checkpoint}.txt"

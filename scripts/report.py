@@ -14,13 +14,14 @@ paired bootstrap. Runs without metrics.json are listed as skipped.
 import logging
 import sys
 
-from minimt.cli import parse_args, setup_logging
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.study.report import ReportError, build_report, configuration_table, write_report
 
 DEFAULTS = {"sweep": "???", "test_set": None, "bootstrap": 1000, "out": None}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()

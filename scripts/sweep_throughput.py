@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from minimt.bench.sweep_throughput import Setting, measure
-from minimt.cli import parse_args
+from minimt.cli import one_line_errors, parse_args
 
 # one small validation and greedy test decoding, so that the runs' clocks time training
 QUICK_END = ["data.max_val_pairs=50", "decoding.test_beam=1"]
@@ -22,6 +22,7 @@ DEFAULTS = {"out": "outputs/sweep_throughput", "minutes": 3.0, "overrides": QUIC
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     cores = len(os.sched_getaffinity(0))

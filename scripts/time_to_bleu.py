@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from minimt.cli import parse_args
+from minimt.cli import one_line_errors, parse_args
 from minimt.study.plots import save_time_to_bleu
 
 DEFAULTS = {"run": "???", "peer": None, "peer_name": "joeynmt", "marks": [5, 10, 15, 20, 25, 30]}
@@ -36,6 +36,7 @@ def bleu_at(curve: list[tuple[float, float]], minutes: float) -> float | None:
     return earlier[-1] if earlier else None
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     run = Path(args.run)

@@ -8,20 +8,23 @@ resumed.
 """
 
 import logging
+import shlex
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from minimt.checkpoint import CheckpointError
-from minimt.config import ConfigError, register_resolvers
-from minimt.data.corpus import DataError
+from minimt.atomic import WriteError
+from minimt.checkpoint import loads, step_checkpoints
+from minimt.cli import one_line_errors
+from minimt.config import register_resolvers
 from minimt.rundir import finished_run, interrupted_run
 from minimt.runtime import reexec_with_mimalloc
 from minimt.study.hook import study_hooks
-from minimt.train.loop import Interrupted, TrainingDiverged, train
+from minimt.train.loop import Interrupted, train
 
 log = logging.getLogger("minimt")
 
@@ -38,10 +41,24 @@ def resume_command(run_dir: str) -> str:
         for o in HydraConfig.get().overrides.task
         if not o.startswith(("resume=", "hydra.run.dir="))
     ]
-    return " ".join(["python scripts/train.py", *kept, f"resume={run_dir}"])
+    return shlex.join(["python", "scripts/train.py", *kept, f"resume={run_dir}"])
+
+
+def how_to_resume(run_dir: str) -> str:
+    """After a failed write: the newest step checkpoint that loads, and the command that
+    continues from it."""
+    steps = reversed(step_checkpoints(Path(run_dir) / "checkpoints"))
+    newest = next((path for path in steps if loads(path)), None)
+    if newest is None:
+        return "no step checkpoint was saved yet: free space, then start the run again"
+    return (
+        f"the newest complete checkpoint is {newest}: free space, then resume: "
+        f"{resume_command(run_dir)}"
+    )
 
 
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
+@one_line_errors
 def main(cfg: DictConfig) -> float | None:
     """Train one run in Hydra's output directory; return best val BLEU for sweepers."""
     run_dir = HydraConfig.get().runtime.output_dir
@@ -57,9 +74,8 @@ def main(cfg: DictConfig) -> float | None:
     except Interrupted as stopped:
         log.warning("%s:\n  %s", stopped, resume_command(run_dir))
         sys.exit(0)
-    except (ConfigError, DataError, CheckpointError, FileNotFoundError, TrainingDiverged) as error:
-        log.error("%s", error)
-        sys.exit(1)
+    except WriteError as error:  # a full disk: say where the run can continue from
+        raise WriteError(f"{error}; {how_to_resume(run_dir)}") from error
     if metrics is None:  # not rank 0 of a torchrun job
         return None
     log.info("run directory: %s", run_dir)

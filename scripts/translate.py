@@ -7,7 +7,7 @@ python scripts/translate.py run=DIR input=file.de output=file.en beam=5 checkpoi
 import sys
 from pathlib import Path
 
-from minimt.cli import parse_args, setup_logging
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -34,6 +34,7 @@ def read_input_lines(stream, name: str) -> list[str]:
     return lines
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from minimt.checkpoint import config_mismatches, run_dir_of
 from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
+from minimt.errors import MinimtError
 from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import Transformer
 
@@ -54,7 +55,7 @@ RESUME_KEYS = (
 MAX_SHAPE_BUCKETS = 8
 
 
-class ConfigError(ValueError):
+class ConfigError(MinimtError, ValueError):
     """A config value that cannot work; the message names the key and the allowed values."""
 
 

@@ -23,6 +23,7 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from minimt.atomic import atomic_write
+from minimt.errors import MinimtError
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ _HOW_TO_FIX = (
 )
 
 
-class DataError(Exception):
+class DataError(MinimtError):
     """A problem with the input data that the user must fix; the message says what and how."""
 
 

@@ -28,6 +28,7 @@ from minimt.checkpoint import (
 )
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
+from minimt.errors import MinimtError
 from minimt.runtime import (
     device_name,
     job_num_threads,
@@ -67,7 +68,7 @@ class Interrupted(Exception):
     """SIGINT/SIGTERM stopped training after a checkpoint was saved; says how to resume."""
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(MinimtError, RuntimeError):
     """Too many updates in a row had a non-finite loss or gradient."""
 
 
