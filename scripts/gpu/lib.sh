@@ -107,12 +107,11 @@ mps() {
     if ! command -v nvidia-cuda-mps-control >/dev/null; then
         echo absent
     elif [ "$1" = on ]; then
-        pgrep -x nvidia-cuda-mps-control >/dev/null || nvidia-cuda-mps-control -d
+        # a second start only says that one runs; the daemon's output must not hold $(...) open
+        nvidia-cuda-mps-control -d </dev/null >/dev/null 2>&1 || true
         echo on
     else
-        if pgrep -x nvidia-cuda-mps-control >/dev/null; then
-            echo quit | nvidia-cuda-mps-control
-        fi
+        echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true
         echo off
     fi
 }

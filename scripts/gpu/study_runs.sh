@@ -30,6 +30,7 @@ PIDFILE="$RESULTS/scheduler.pid"
 
 setup_python
 if [ "$DRAIN" = 1 ]; then
+    mkdir -p "$RESULTS/runs"
     touch "$RESULTS/runs/drain"
     log "drain: no new runs start"
 fi
