@@ -1,5 +1,6 @@
-"""The study report on fabricated run directories: rows, verdicts, Holm over every comparison,
-length buckets, files that regenerate byte for byte, collected runs."""
+"""The study report on fabricated run directories: rows, the declared questions' verdicts with
+Holm within each question, protocols never paired, length buckets, files that regenerate byte
+for byte, collected runs."""
 
 import csv
 import json
@@ -9,15 +10,13 @@ import statistics
 import pytest
 
 import minimt.study.compare
-from minimt.study.report import (
-    ConfigResult,
-    ReportError,
-    build_report,
-    untrained_rows,
-    write_report,
-)
+import minimt.study.runs
+from minimt.study.protocol import AS_CONFIGURED, Protocol
+from minimt.study.report import ReportError, build_report, write_report
+from minimt.study.results import ConfigResult
 from minimt.study.runs import Run, collect_runs
 from minimt.study.significance import holm
+from minimt.study.tables import untrained_rows
 from scripts.report import main
 
 WORDS = "a dog man woman child runs sits on the in green red field street ball water".split()
@@ -195,36 +194,52 @@ def test_rows_are_configurations_with_means_and_stds_over_seeds(sweep):
     ]
 
 
-def test_verdicts_against_each_regimes_baseline(sweep):
+def test_verdicts_of_the_declared_questions(sweep):
     rows = by_slug(build_report(sweep, None, resamples=200))
     assert rows["full-sinusoidal"]["verdict"] == "baseline"
     assert rows["full-sinusoidal"]["diff_vs_baseline"] is None
     learned = rows["full-learned"]
     assert learned["baseline"] == "full-sinusoidal" and learned["paired_seeds"] == "1 2 3"
+    assert learned["question"] == "Q1"
     assert learned["diff_vs_baseline"] == pytest.approx(-10.0)
     assert learned["ci95_low"] < -10.0 < learned["ci95_high"] < 0
     assert learned["verdict"] == "worse"
     assert rows["full-rope"]["verdict"] == "equivalent"
     one_seed = rows["full-sinusoidal-share_none"]
     assert one_seed["verdict"] == "inconclusive" and one_seed["p_value"] is None
-    assert rows["length15-learned"]["baseline"] == "length15-sinusoidal"
+    assert one_seed["question"] == "Q3"
+    assert rows["length15-learned"]["verdict"] is None  # Q5 compares it on the long buckets only
 
 
-def test_holm_runs_over_every_comparison_in_the_report(sweep):
+def test_holm_runs_within_each_question(sweep):
     report = build_report(sweep, None, resamples=200)
     pairs = {(c.system.slug, c.reference.slug, c.test_set) for c in report.comparisons}
-    split_vs_control = {
-        ("length15-sinusoidal", "control15-sinusoidal", n) for n in ("test", *LONG_SETS)
+    split_vs_control = {("length15-sinusoidal", "control15-sinusoidal", n) for n in LONG_SETS}
+    learned_by_bucket = {("length15-learned", "length15-sinusoidal", n) for n in LONG_SETS}
+    in_range = {
+        ("full-learned", "full-sinusoidal", "test"),
+        ("full-rope", "full-sinusoidal", "test"),
     }
-    learned_by_bucket = {
-        ("length15-learned", "length15-sinusoidal", n) for n in ("test", *LONG_SETS)
+    assert pairs == split_vs_control | learned_by_bucket | in_range | {
+        ("full-sinusoidal-share_none", "full-sinusoidal", "test")
     }
-    assert split_vs_control | learned_by_bucket <= pairs
-    assert len(report.comparisons) == 3 + 3 + 3
-    tested = [c for c in report.comparisons if c.difference.p_value is not None]
-    assert len(tested) == 8  # all but the one-seed configuration
-    assert [c.holm_p for c in tested] == pytest.approx(holm([c.difference.p_value for c in tested]))
-    assert "all 8 comparisons in this report" in build_markdown(report)
+    families = {f.question.key: f for f in report.families}
+    assert {key: f.size for key, f in families.items()} == {
+        "Q1": 2,
+        "Q2": 0,
+        "Q3": 0,
+        "Q4": 0,
+        "Q5": 4,
+    }
+    for family in families.values():
+        tested = [c for c in family.comparisons if c.difference.p_value is not None]
+        assert [c.verdict.holm_p for c in tested] == pytest.approx(
+            holm([c.difference.p_value for c in tested])
+        )
+    text = build_markdown(report)
+    assert "### Q1: Holm over 2 comparisons" in text and "### Q5: Holm over 4 comparisons" in text
+    q2 = "**Q2. What does sqrt(d_model) scaling do, with the token table's init?** Not run: no "
+    assert q2 + "runs of full-sinusoidal-unscaled, full-sinusoidal-init1," in text
 
 
 def build_markdown(report) -> str:
@@ -246,7 +261,7 @@ def test_paired_bootstrap_per_seed_pair(sweep):
 def test_length_buckets_training_lengths_and_parameters_are_reported(sweep):
     text = build_markdown(build_report(sweep, None, resamples=200))
     assert "| length15-learned | long_21-25 | 25.75 ± 2.47 | 52.00 | 0.900 | 25.0% |" in text
-    assert "Verdicts per bucket" in text
+    assert "### Q5" in text and "| length15-learned | length15-sinusoidal | long_21-25 |" in text
     assert "| full | 30 | 33 | full-learned: rows 34-127 |" in text  # past the longer side
     assert "| none | no table shared | 2,000 | full-sinusoidal-share_none |" in text
     assert "| control15-sinusoidal | 1 | patience | 201 | 200 | 1.0 | 26.00 |" in text
@@ -320,7 +335,9 @@ def test_without_the_baseline_there_is_no_verdict(sweep):
         (sweep / "full" / f"full-sinusoidal,seed={seed}" / "metrics.json").unlink()
     report = build_report(sweep / "full", None, resamples=200)
     assert [row["verdict"] for row in report.rows] == [None, None, None]
-    assert "No baseline runs in full" in build_markdown(report)
+    text = build_markdown(report)
+    assert "test_2016_flickr)?** Not run: no runs of full-sinusoidal." in text
+    assert "No declared comparison has runs of both sides yet." in text
 
 
 @pytest.mark.parametrize("where", ["missing", "empty"])
@@ -333,3 +350,44 @@ def test_nothing_to_report_is_one_line_and_exit_1(tmp_path, capsys, where):
     assert message.startswith("error: ") and "\n" not in message
     with pytest.raises(ReportError):
         build_report(tmp_path / "missing", "test", resamples=200)
+
+
+def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
+    cpu = Protocol("study_cpu", "study_cpu", "fp32", "a 2-core CPU", "cpu")
+    monkeypatch.setattr(
+        minimt.study.runs,
+        "protocol_of",
+        lambda cfg, precision: cpu if cfg.model.d_model == 32 else AS_CONFIGURED,
+    )
+    (tmp_path / "cpu_data").mkdir()
+    data = write_corpus(tmp_path / "cpu_data")
+    refs = [line.rstrip("\n") for line in open(data["test"]["tgt"])]
+    for slug in ("full-sinusoidal", "full-learned"):
+        for seed in (1, 2, 3):
+            run_dir = sweep / "cpu" / f"{slug},seed={seed}"
+            write_run(run_dir, slug, seed, data, {"test": degraded(refs, False)})
+            metrics = json.loads((run_dir / "metrics.json").read_text())
+            metrics["config"]["model"]["d_model"] = 32
+            (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    report = build_report(sweep, None, resamples=0)
+    for c in report.comparisons:
+        assert c.system.protocol == c.reference.protocol
+    rows = by_slug(report)
+    assert rows["cpu-full-learned"]["baseline"] == "cpu-full-sinusoidal"
+    assert rows["full-learned"]["baseline"] == "full-sinusoidal"
+    q1 = [f for f in report.families if f.question.key == "Q1"]
+    assert [(f.protocol.name, f.size) for f in q1] == [("study_cpu", 1), ("", 2)]
+    text = build_markdown(report)
+    assert "### Q1, experiment=study_cpu, fp32 on a 2-core CPU: Holm over 1 comparisons" in text
+
+
+def test_unread_references_are_said_once_and_keep_their_columns(sweep, monkeypatch):
+    def unreadable(data, name):
+        raise minimt.study.compare.DataError(f"no {name} here")
+
+    monkeypatch.setattr(minimt.study.compare, "read_test_pairs", unreadable)
+    report = build_report(sweep, None, resamples=200)
+    text = build_markdown(report)
+    assert report.unread_references == [(n, f"no {n} here") for n in sorted(("test", *LONG_SETS))]
+    assert text.count("**References not read**") == 1
+    assert "bootstrap p per seed" in text and "Not computed: the test references" in text

@@ -1,5 +1,5 @@
-"""Seed-paired statistics against closed forms, Holm on a textbook example, the verdict on
-fabricated score lists, and sacreBLEU's paired bootstrap."""
+"""Seed-paired statistics against closed forms, Holm on a textbook example, and sacreBLEU's
+paired bootstrap (the verdicts: test_verdicts.py)."""
 
 import math
 import random
@@ -12,11 +12,9 @@ from minimt.study.significance import (
     paired_bootstrap,
     paired_difference,
     t_interval,
-    verdict,
 )
 
 WORDS = "a dog man woman child runs sits on the in green red field street ball water".split()
-BASELINE = [30.0, 31.0, 29.5, 30.5, 30.2]
 
 
 def corpus(n: int = 60, seed: int = 0) -> list[str]:
@@ -40,7 +38,7 @@ def test_the_t_interval_and_p_value_match_the_closed_form_for_three_seeds():
     )
     t = 2 / (1 / math.sqrt(3))
     result = paired_difference([10.0, 10.0, 10.0], [11.0, 12.0, 13.0])
-    assert result.seeds == 3 and result.mean == pytest.approx(2.0)
+    assert result.seeds == 3 and result.mean == pytest.approx(2.0) and result.sd == 1.0
     assert result.p_value == pytest.approx(1 - t / math.sqrt(2 + t * t))  # 0.0742
     assert result.ci95 == pytest.approx((2 - half, 2 + half))
 
@@ -52,7 +50,7 @@ def test_differences_without_spread_have_a_point_interval():
 
 
 def test_one_seed_has_no_interval_and_unaligned_scores_are_refused():
-    assert paired_difference([30.0], [35.0]) == PairedDifference(1, 5.0, None, None, None)
+    assert paired_difference([30.0], [35.0]) == PairedDifference(1, 5.0, None, None, None, None)
     with pytest.raises(ValueError, match="one pair per seed"):
         paired_difference([1.0, 2.0], [1.0])
 
@@ -62,36 +60,6 @@ def test_holm_on_a_textbook_example():
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert holm([0.02]) == pytest.approx([0.02])
     assert holm([]) == []
-
-
-def judged(differences: list[float], family: int = 1) -> str:
-    """The verdict of BASELINE + differences against BASELINE, Holm-corrected in a family of
-    `family` equal p-values."""
-    baseline = BASELINE[: len(differences)]
-    system = [b + d for b, d in zip(baseline, differences, strict=True)]
-    difference = paired_difference(baseline, system)
-    holm_p = None if difference.p_value is None else holm([difference.p_value] * family)[0]
-    return verdict(difference, holm_p)
-
-
-def test_clearly_better_and_clearly_worse():
-    assert judged([3.0, 3.2, 2.9, 3.1, 3.0]) == "better"
-    assert judged([-3.0, -3.2, -2.9, -3.1, -3.0]) == "worse"
-
-
-def test_clearly_equivalent():
-    assert judged([0.1, -0.1, 0.05, -0.05, 0.0]) == "equivalent"
-
-
-def test_too_few_seeds_or_a_wide_interval_is_inconclusive():
-    assert judged([10.0]) == "inconclusive"  # one seed, however large
-    assert judged([3.0, -2.0, 4.0, -1.0, 2.5]) == "inconclusive"
-
-
-def test_holm_can_turn_a_difference_inconclusive():
-    differences = [1.0, 0.2, 1.8, 0.6, 1.4]  # p = 0.024
-    assert judged(differences) == "better"
-    assert judged(differences, family=10) == "inconclusive"
 
 
 def test_a_system_against_itself_has_p_1():

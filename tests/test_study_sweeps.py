@@ -16,10 +16,7 @@ from tests.helpers import REPO, compose_config, tiny_run_overrides
 from tests.test_sweep import sweep_jobs
 
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
-LENGTH_SPLIT_ARMS = {f"length_{pe}" for pe in ENCODINGS} | {
-    "control_sinusoidal",
-    "control_learned",
-}
+LENGTH_SPLIT_ARMS = {f"length_{pe}" for pe in ENCODINGS} | {f"control_{pe}" for pe in ENCODINGS}
 UNSCALED = {"embedding.scale": False}
 INIT1 = {"embedding.init_std": 1.0}
 SPLIT = {"data.train_max_words": 15, "data.long_tests_over": 15}
@@ -28,7 +25,7 @@ CONTROL = {"data.long_tests_over": 15}  # and data.train_subsample: the length s
 # arm -> (its positional encoding group option, the resolved keys it changes from that config)
 ARMS: dict[str, tuple[str, dict]] = {
     **{f"length_{pe}": (pe, SPLIT) for pe in ENCODINGS},
-    **{f"control_{pe}": (pe, CONTROL) for pe in ("sinusoidal", "learned")},
+    **{f"control_{pe}": (pe, CONTROL) for pe in ENCODINGS},
     **{f"full_{pe}": (pe, {}) for pe in ENCODINGS},
     **{f"unscaled_{pe}": (pe, UNSCALED) for pe in ("sinusoidal", "learned", "rope")},
     **{f"init1_{pe}": (pe, INIT1) for pe in ("sinusoidal", "learned", "rope")},
@@ -67,7 +64,7 @@ def compose_with_hydra(*overrides: str) -> DictConfig:
 def test_the_arm_group_holds_exactly_the_study_s_configurations():
     files = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
     assert files == ARMS.keys()
-    assert len(files) == 5 + 2 + 5 + 9 + 2 + 2
+    assert len(files) == 5 + 5 + 5 + 9 + 2 + 2
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))

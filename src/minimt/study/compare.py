@@ -1,6 +1,6 @@
-"""Is one configuration better than another? Seed-paired test BLEU on each test set both have,
-its verdict (Holm-corrected over every comparison made together), and sacreBLEU's paired
-bootstrap per seed pair, with the references read from each run's data config."""
+"""The study's questions answered from its runs: each declared comparison, seed-paired test BLEU
+on its test sets, its verdict within its question's family, and sacreBLEU's paired bootstrap per
+seed pair, with the references read from each run's data config."""
 
 from __future__ import annotations
 
@@ -15,14 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.data.corpus import MULTI30K_URL, DataError, Pairs
 from minimt.data.splits import load_held_out
-from minimt.study.runs import Configuration, DataRegime, Run
-from minimt.study.significance import (
-    PairedDifference,
-    holm,
-    paired_bootstrap,
-    paired_difference,
-    verdict,
-)
+from minimt.study.protocol import Protocol
+from minimt.study.questions import QUESTIONS, Contrast, Question
+from minimt.study.runs import LONG_PREFIX, Configuration, Run
+from minimt.study.significance import PairedDifference, paired_bootstrap, paired_difference
+from minimt.study.verdicts import Rules, Verdict, family_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +48,7 @@ class Translations:
     def __init__(self):
         self._pairs: dict[tuple[str, str], Pairs | None] = {}
         self._found: dict[tuple[Path, str], tuple[list[str], Pairs] | None] = {}
+        self.unread: dict[str, str] = {}  # test set -> why its references could not be read
 
     def of(self, run: Run, test_set: str) -> tuple[list[str], Pairs] | None:
         """(hypotheses, test pairs), or None (with a warning) when either is missing or they
@@ -79,6 +77,7 @@ class Translations:
                 self._pairs[key] = read_test_pairs(data, test_set)
             except (DataError, KeyError) as error:
                 log.warning("cannot read the %s pairs: %s", test_set, error)
+                self.unread.setdefault(test_set, str(error).splitlines()[0])
                 self._pairs[key] = None
         return self._pairs[key]
 
@@ -93,8 +92,23 @@ class Comparison:
     seeds: list[int]  # the paired seeds
     difference: PairedDifference  # test BLEU, system minus reference
     bootstrap: dict[int, float]  # seed -> paired bootstrap p of that seed's two runs
-    holm_p: float | None = None
-    verdict: str = "inconclusive"
+    verdict: Verdict | None = None  # set with its family's
+
+
+@dataclass
+class Family:
+    """One question's comparisons in one protocol: the family Holm's correction runs over."""
+
+    protocol: Protocol
+    question: Question
+    comparisons: list[Comparison]
+    not_run: list[Contrast]  # declared contrasts with no runs of one side (or no common seed)
+    lacking: list[str]  # configurations without runs that a contrast with runs of the other needs
+
+    @property
+    def size(self) -> int:
+        """The comparisons with a p-value (2+ paired seeds): Holm's m."""
+        return sum(c.difference.p_value is not None for c in self.comparisons)
 
 
 def shared_test_sets(runs: Sequence[Run]) -> list[str]:
@@ -103,47 +117,53 @@ def shared_test_sets(runs: Sequence[Run]) -> list[str]:
     return [name for name in runs[0].test_sets if name in common]
 
 
-def comparison_pairs(configurations: Sequence[Configuration]) -> list[tuple[Configuration, ...]]:
-    """(reference, system) pairs: every configuration against its regime's baseline, then every
-    length split against its random control with the same embedding choices."""
-    present = set(configurations)
-    pairs = [(c.baseline, c) for c in configurations if not c.is_baseline and c.baseline in present]
-    for control in configurations:
-        if control.regime.is_control:
-            words = control.regime.long_tests_over
-            split = Configuration(DataRegime(words, words, None), control.embedding)
-            if split in present:
-                pairs.append((control, split))
-    return pairs
+def contrast_test_sets(contrast: Contrast, runs: Sequence[Run], headline: str) -> list[str]:
+    """The headline test set, or with long_buckets every long_* set both sides have."""
+    names = shared_test_sets(runs)
+    if contrast.long_buckets:
+        return [name for name in names if name.startswith(LONG_PREFIX)]
+    return [headline] if headline in names else []
 
 
-def compare_all(
+def answer_questions(
     groups: dict[Configuration, list[Run]],
     headline: str,
     translations: Translations,
     resamples: int,
-) -> tuple[list[Comparison], str | None]:
-    """Every comparison on every test set both sides have (the headline first), with Holm's
-    correction over all of them that have a p-value; and the bootstrap's signature."""
-    comparisons, signature = [], None
-    for reference, system in comparison_pairs(list(groups)):
-        both = groups[reference] + groups[system]
-        names = shared_test_sets(both)
-        for name in sorted(names, key=lambda n: n != headline):
-            comparison, found = compare(
-                groups[reference], groups[system], name, translations, resamples
-            )
-            if comparison is not None:
-                comparisons.append(comparison)
-                signature = signature or found
-    tested = [c for c in comparisons if c.difference.p_value is not None]
-    for comparison, adjusted in zip(
-        tested, holm([c.difference.p_value for c in tested]), strict=True
-    ):
-        comparison.holm_p = adjusted
-    for comparison in comparisons:
-        comparison.verdict = verdict(comparison.difference, comparison.holm_p)
-    return comparisons, signature
+    rules: Rules,
+) -> tuple[list[Family], str | None]:
+    """Every declared question in every protocol that has runs, with the verdicts of its
+    comparisons within their family (none where no comparison has runs of both sides); and the
+    bootstrap's signature."""
+    by_slug = {(c.protocol, c.local_slug): c for c in groups}
+    families, signature = [], None
+    for protocol in dict.fromkeys(c.protocol for c in groups):
+        for question in QUESTIONS:
+            family = Family(protocol, question, [], [], [])
+            for contrast in question.contrasts:
+                system = by_slug.get((protocol, contrast.system))
+                reference = by_slug.get((protocol, contrast.reference))
+                found = []
+                if system is not None and reference is not None:
+                    both = groups[reference] + groups[system]
+                    for name in contrast_test_sets(contrast, both, headline):
+                        comparison, bootstrapped = compare(
+                            groups[reference], groups[system], name, translations, resamples
+                        )
+                        if comparison is not None:
+                            found.append(comparison)
+                            signature = signature or bootstrapped
+                family.comparisons += found
+                if not found:
+                    family.not_run.append(contrast)
+                if (system is None) != (reference is None):
+                    needed = contrast.system if system is None else contrast.reference
+                    family.lacking += [needed] if needed not in family.lacking else []
+            verdicts = family_verdicts([c.difference for c in family.comparisons], rules)
+            for comparison, verdict in zip(family.comparisons, verdicts, strict=True):
+                comparison.verdict = verdict
+            families.append(family)
+    return families, signature
 
 
 def compare(

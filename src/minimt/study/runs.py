@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.config import canonical_config
 from minimt.data.corpus import read_lines
+from minimt.study.protocol import AS_CONFIGURED, PROTOCOLS, Protocol, protocol_of
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +138,23 @@ BASELINE_EMBEDDING = Embedding("sinusoidal", "sinusoidal", True, "all", None)
 
 @dataclass(frozen=True)
 class Configuration:
-    """A data regime and embedding choices; the runs of one configuration differ only by seed."""
+    """A protocol, a data regime and embedding choices; the runs of one configuration differ
+    only by seed."""
 
     regime: DataRegime
     embedding: Embedding
+    protocol: Protocol = AS_CONFIGURED
 
     @property
     def slug(self) -> str:
-        """Its folder name in docs/study/runs: length15-alibi, full-sinusoidal-unscaled-init1."""
+        """Its folder name in docs/study/runs: length15-alibi, full-sinusoidal-unscaled-init1,
+        cpu-full-rope (the protocol's prefix first)."""
+        prefix = f"{self.protocol.slug_prefix}-" if self.protocol.slug_prefix else ""
+        return f"{prefix}{self.local_slug}"
+
+    @property
+    def local_slug(self) -> str:
+        """The slug within its protocol (how the study's questions name it): full-rope."""
         return f"{self.regime.slug}-{self.embedding.slug}"
 
     @property
@@ -154,14 +164,23 @@ class Configuration:
     @property
     def baseline(self) -> Configuration:
         """Its regime's baseline: sinusoidal both sides, scaled, tied all, default init."""
-        return Configuration(self.regime, BASELINE_EMBEDDING)
+        return Configuration(self.regime, BASELINE_EMBEDDING, self.protocol)
 
     @property
     def is_baseline(self) -> bool:
         return self.embedding == BASELINE_EMBEDDING
 
     def sort_key(self) -> tuple:
-        return (self.regime.sort_key(), self.embedding.sort_key())
+        return (protocol_rank(self.protocol), self.regime.sort_key(), self.embedding.sort_key())
+
+
+def protocol_rank(protocol: Protocol) -> tuple:
+    """The declared protocols in their order, then the others by name."""
+    declared = [p.name for p in PROTOCOLS]
+    return (
+        declared.index(protocol.name) if protocol.name in declared else len(declared),
+        protocol.name,
+    )
 
 
 def setting(cfg: DictConfig, key: str):
@@ -170,10 +189,10 @@ def setting(cfg: DictConfig, key: str):
     return OmegaConf.select(cfg, key, default=None)
 
 
-def configuration_of(cfg: DictConfig) -> Configuration:
-    """The configuration of a run's resolved config, read in today's spelling
-    (config.canonical_config: runs saved before the study's keys get their defaults); no length
-    split where the data keys are missing."""
+def configuration_of(cfg: DictConfig, precision: str | None = None) -> Configuration:
+    """The configuration of a run's resolved config and the precision it trained in, read in
+    today's spelling (config.canonical_config: runs saved before the study's keys get their
+    defaults); no length split where the data keys are missing."""
     cfg = canonical_config(cfg)
     init_std = cfg.embedding.init_std
     return Configuration(
@@ -189,6 +208,7 @@ def configuration_of(cfg: DictConfig) -> Configuration:
             cfg.embedding.share,
             None if init_std is None else float(init_std),
         ),
+        protocol_of(cfg, precision),
     )
 
 
@@ -205,7 +225,7 @@ class Run:
 
     @cached_property
     def configuration(self) -> Configuration:
-        return configuration_of(self.config)
+        return configuration_of(self.config, self.metrics.get("precision"))
 
     @property
     def seed(self) -> int:

@@ -1,5 +1,5 @@
-"""Is a configuration better than its baseline? Seed-paired t statistics, Holm's correction, a
-verdict, and sacreBLEU's paired bootstrap resampling for one pair of runs."""
+"""Seed-paired t statistics, Holm's correction, and sacreBLEU's paired bootstrap resampling for
+one pair of runs (the verdicts built on them: verdicts.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,6 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 from scipy import stats
 
-ALPHA = 0.05  # better / worse: Holm-corrected p below this and the 95% interval excludes 0
-MARGIN = 0.5  # equivalent: the 90% interval inside +-MARGIN BLEU (two one-sided tests at ALPHA)
-VERDICTS = ("better", "worse", "equivalent", "inconclusive")
-
 
 @dataclass(frozen=True)
 class PairedDifference:
@@ -23,6 +19,7 @@ class PairedDifference:
 
     seeds: int  # paired seeds n; with fewer than 2 there is no interval and no p-value
     mean: float  # mean of the n differences
+    sd: float | None  # their sample standard deviation (n - 1); None below 2 seeds
     ci95: tuple[float, float] | None  # Student t interval, n - 1 degrees of freedom
     ci90: tuple[float, float] | None  # the interval of the two one-sided tests (TOST)
     p_value: float | None  # two-sided paired t-test of mean difference = 0
@@ -55,10 +52,11 @@ def paired_difference(baseline: Sequence[float], system: Sequence[float]) -> Pai
         )
     differences = [s - b for b, s in zip(baseline, system, strict=True)]
     if len(differences) < 2:
-        return PairedDifference(len(differences), differences[0], None, None, None)
+        return PairedDifference(len(differences), differences[0], None, None, None, None)
     return PairedDifference(
         seeds=len(differences),
         mean=statistics.fmean(differences),
+        sd=statistics.stdev(differences),
         ci95=t_interval(differences, 0.95),
         ci90=t_interval(differences, 0.90),
         p_value=paired_t_p_value(differences),
@@ -75,23 +73,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
-
-
-def verdict(difference: PairedDifference, holm_p: float | None) -> str:
-    """better / worse when the Holm p < ALPHA and the 95% interval excludes 0; else equivalent
-    when the 90% interval lies inside +-MARGIN; else (and below 2 seeds) inconclusive.
-
-    A small difference measured precisely can pass both: it is then called better or worse.
-    """
-    if difference.seeds < 2 or holm_p is None:
-        return "inconclusive"
-    low, high = difference.ci95
-    if holm_p < ALPHA and (low > 0 or high < 0):
-        return "better" if difference.mean > 0 else "worse"
-    low, high = difference.ci90
-    if -MARGIN < low and high < MARGIN:
-        return "equivalent"
-    return "inconclusive"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,93 @@
+"""Which protocol trained a run: the model and training settings of one of the study's
+experiment configs (configs/experiment) and the precision it ran in. Runs of different protocols
+are never paired: each protocol is its own section of the report, with its own baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+
+# The settings that make two runs comparable: the model, the vocabulary, the optimisation and the
+# stopping rule. Caps (max_steps, max_minutes), threads and the seed are not among them.
+PROTOCOL_KEYS = (
+    "model.d_model",
+    "model.n_heads",
+    "model.n_encoder_layers",
+    "model.n_decoder_layers",
+    "model.d_ff",
+    "model.dropout",
+    "tokenizer.vocab_size",
+    "tokenizer.joint",
+    "trainer.batch_tokens",
+    "trainer.accumulate",
+    "trainer.lr",
+    "trainer.warmup_steps",
+    "trainer.patience",
+    "trainer.min_delta",
+    "trainer.val_every",
+    "data.max_train_len",
+    "data.max_val_pairs",
+)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A study protocol: an experiment config run in one precision on one kind of device."""
+
+    name: str  # "" for runs that match no declared protocol (grouped as configured)
+    experiment: str | None  # configs/experiment/<experiment>.yaml
+    precision: str | None
+    device: str  # in words, for the report
+    slug_prefix: str  # before a configuration's slug ("" for the main protocol)
+
+    @property
+    def title(self) -> str:
+        if not self.name:
+            return "as configured"
+        return f"experiment={self.experiment}, {self.precision} on {self.device}"
+
+
+# The study's protocols, in the order the report shows them.
+PROTOCOLS = (
+    Protocol("study", "study", "bf16", "one NVIDIA H100", ""),
+    Protocol("study_cpu", "study_cpu", "fp32", "a 2-core CPU", "cpu"),
+)
+AS_CONFIGURED = Protocol("", None, None, "", "")
+
+
+def protocol_settings(cfg: DictConfig) -> tuple:
+    """The values of PROTOCOL_KEYS in a config (None where it lacks one)."""
+    return tuple(OmegaConf.select(cfg, key, default=None) for key in PROTOCOL_KEYS)
+
+
+@cache
+def experiment_settings(experiment: str) -> tuple | None:
+    """protocol_settings of `python scripts/train.py experiment=<experiment>`; None when the
+    configs are not beside the package (an installed copy)."""
+    from hydra import compose, initialize_config_dir
+
+    if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").is_file():
+        return None
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return protocol_settings(compose("config", overrides=[f"experiment={experiment}"]))
+
+
+def protocol_of(cfg: DictConfig, precision: str | None) -> Protocol:
+    """The declared protocol whose experiment config has cfg's settings and whose precision
+    the run trained in; a run with an experiment's settings in another precision is its own
+    protocol (never paired with that experiment's runs); AS_CONFIGURED when no experiment
+    matches."""
+    settings = protocol_settings(cfg)
+    for protocol in PROTOCOLS:
+        if experiment_settings(protocol.experiment) != settings:
+            continue
+        if precision == protocol.precision:
+            return protocol
+        name = f"{protocol.name}_{precision}"
+        return Protocol(name, protocol.experiment, precision, "unknown device", name)
+    return AS_CONFIGURED
