@@ -35,6 +35,14 @@ def test_a_runs_protocol_is_its_experiment_and_precision(experiment, precision, 
     assert slug == (f"{prefix}-full-rope" if prefix else "full-rope")
 
 
+def test_a_run_on_another_kind_of_device_is_its_own_protocol():
+    cfg = compose_config("experiment=study")
+    assert protocol_of(cfg, "bf16", "NVIDIA H100 80GB HBM3").name == "study"
+    assert protocol_of(cfg, "bf16", None).name == "study"  # saved before the device was recorded
+    on_cpu = protocol_of(cfg, "bf16", "cpu")
+    assert (on_cpu.name, on_cpu.slug_prefix) == ("study_bf16_cpu", "study_bf16_cpu")
+
+
 def test_runs_of_no_declared_experiment_are_grouped_as_configured():
     assert protocol_of(compose_config("experiment=smoke"), "fp32") == AS_CONFIGURED
     changed = compose_config("experiment=study_cpu", "trainer.lr=1e-3")

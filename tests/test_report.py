@@ -353,11 +353,11 @@ def test_nothing_to_report_is_one_line_and_exit_1(tmp_path, capsys, where):
 
 
 def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
-    cpu = Protocol("study_cpu", "study_cpu", "fp32", "a 2-core CPU", "cpu")
+    cpu = Protocol("study_cpu", "study_cpu", "fp32", "cpu", "a 2-core CPU", "cpu")
     monkeypatch.setattr(
         minimt.study.runs,
         "protocol_of",
-        lambda cfg, precision: cpu if cfg.model.d_model == 32 else AS_CONFIGURED,
+        lambda cfg, precision, device: cpu if cfg.model.d_model == 32 else AS_CONFIGURED,
     )
     (tmp_path / "cpu_data").mkdir()
     data = write_corpus(tmp_path / "cpu_data")

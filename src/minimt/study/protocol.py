@@ -42,6 +42,7 @@ class Protocol:
     name: str  # "" for runs that match no declared protocol (grouped as configured)
     experiment: str | None  # configs/experiment/<experiment>.yaml
     precision: str | None
+    device_kind: str | None  # cuda | cpu
     device: str  # in words, for the report
     slug_prefix: str  # before a configuration's slug ("" for the main protocol)
 
@@ -54,10 +55,10 @@ class Protocol:
 
 # The study's protocols, in the order the report shows them.
 PROTOCOLS = (
-    Protocol("study", "study", "bf16", "one NVIDIA H100", ""),
-    Protocol("study_cpu", "study_cpu", "fp32", "a 2-core CPU", "cpu"),
+    Protocol("study", "study", "bf16", "cuda", "one NVIDIA H100", ""),
+    Protocol("study_cpu", "study_cpu", "fp32", "cpu", "a 2-core CPU", "cpu"),
 )
-AS_CONFIGURED = Protocol("", None, None, "", "")
+AS_CONFIGURED = Protocol("", None, None, None, "", "")
 
 
 def protocol_settings(cfg: DictConfig) -> tuple:
@@ -77,17 +78,25 @@ def experiment_settings(experiment: str) -> tuple | None:
         return protocol_settings(compose("config", overrides=[f"experiment={experiment}"]))
 
 
-def protocol_of(cfg: DictConfig, precision: str | None) -> Protocol:
-    """The declared protocol whose experiment config has cfg's settings and whose precision
-    the run trained in; a run with an experiment's settings in another precision is its own
-    protocol (never paired with that experiment's runs); AS_CONFIGURED when no experiment
-    matches."""
-    settings = protocol_settings(cfg)
+def device_kind(device: str | None) -> str | None:
+    """metrics.json "device" (a GPU's name or cpu) as cuda | cpu; None where not recorded."""
+    return None if device is None else "cpu" if device == "cpu" else "cuda"
+
+
+def protocol_of(cfg: DictConfig, precision: str | None, device: str | None = None) -> Protocol:
+    """The declared protocol whose experiment config has cfg's settings and whose precision and
+    kind of device the run trained on (runs saved before metrics.json recorded the device are
+    taken to match); a run with an experiment's settings in another precision or on another
+    kind of device is its own protocol (never paired with that experiment's runs);
+    AS_CONFIGURED when no experiment matches."""
+    settings, kind = protocol_settings(cfg), device_kind(device)
     for protocol in PROTOCOLS:
         if experiment_settings(protocol.experiment) != settings:
             continue
-        if precision == protocol.precision:
+        same_device = kind in (None, protocol.device_kind)
+        if precision == protocol.precision and same_device:
             return protocol
-        name = f"{protocol.name}_{precision}"
-        return Protocol(name, protocol.experiment, precision, "unknown device", name)
+        name = "_".join([protocol.name, str(precision), *([] if same_device else [kind])])
+        words = device or protocol.device
+        return Protocol(name, protocol.experiment, precision, kind, words, name)
     return AS_CONFIGURED

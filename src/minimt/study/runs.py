@@ -189,9 +189,11 @@ def setting(cfg: DictConfig, key: str):
     return OmegaConf.select(cfg, key, default=None)
 
 
-def configuration_of(cfg: DictConfig, precision: str | None = None) -> Configuration:
-    """The configuration of a run's resolved config and the precision it trained in, read in
-    today's spelling (config.canonical_config: runs saved before the study's keys get their
+def configuration_of(
+    cfg: DictConfig, precision: str | None = None, device: str | None = None
+) -> Configuration:
+    """The configuration of a run's resolved config, the precision and device it trained on,
+    read in today's spelling (config.canonical_config: runs saved before the study's keys get their
     defaults); no length split where the data keys are missing."""
     cfg = canonical_config(cfg)
     init_std = cfg.embedding.init_std
@@ -208,7 +210,7 @@ def configuration_of(cfg: DictConfig, precision: str | None = None) -> Configura
             cfg.embedding.share,
             None if init_std is None else float(init_std),
         ),
-        protocol_of(cfg, precision),
+        protocol_of(cfg, precision, device),
     )
 
 
@@ -225,7 +227,8 @@ class Run:
 
     @cached_property
     def configuration(self) -> Configuration:
-        return configuration_of(self.config, self.metrics.get("precision"))
+        m = self.metrics
+        return configuration_of(self.config, m.get("precision"), m.get("device"))
 
     @property
     def seed(self) -> int:
