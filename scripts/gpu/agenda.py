@@ -16,7 +16,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from minimt.cli import parse_args
+from minimt.cli import one_line_errors, parse_args
 from minimt.config import register_resolvers
 from minimt.runtime import pick_device, resolve_precision
 from minimt.study.runs import Run, collected_dir
@@ -56,6 +56,7 @@ def is_done(line: list[str], run: Run, args) -> bool:
     )
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     register_resolvers()

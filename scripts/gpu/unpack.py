@@ -16,13 +16,14 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from minimt.cli import parse_args, setup_logging
+from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.study.runs import collect_runs
 
 DEFAULTS = {"archive": "???", "dest": "docs/study/runs"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
+@one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()
