@@ -11,10 +11,11 @@ import pytest
 
 import minimt.study.compare
 import minimt.study.runs
+from minimt.study.collect import collect_runs
 from minimt.study.protocol import AS_CONFIGURED, Protocol
 from minimt.study.report import ReportError, build_report, write_report
 from minimt.study.results import ConfigResult
-from minimt.study.runs import Run, collect_runs
+from minimt.study.runs import Run
 from minimt.study.significance import holm
 from minimt.study.tables import untrained_rows
 from scripts.report import main

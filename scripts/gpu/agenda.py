@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from minimt.cli import one_line_errors, parse_args
 from minimt.config import register_resolvers
 from minimt.runtime import pick_device, resolve_precision
-from minimt.study.runs import Run, collected_dir
+from minimt.study.collect import collected_dir
+from minimt.study.runs import Run
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = {

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.study.runs import collect_runs
+from minimt.study.collect import collect_runs
 
 DEFAULTS = {"archive": "???", "dest": "docs/study/runs"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"

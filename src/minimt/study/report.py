@@ -12,6 +12,7 @@ from pathlib import Path
 
 from minimt.errors import MinimtError
 from minimt.study.answers import answer_paragraphs, verdict_rules, verdict_tables
+from minimt.study.collect import is_collected
 from minimt.study.compare import Translations, answer_questions
 from minimt.study.figures import plot_names, save_plots
 from minimt.study.length_section import (
@@ -22,7 +23,7 @@ from minimt.study.length_section import (
     long_input_table,
 )
 from minimt.study.results import CSV_COLUMNS, ConfigResult, Report
-from minimt.study.runs import LONG_PREFIX, Configuration, Run, is_collected, load_sweep
+from minimt.study.runs import LONG_PREFIX, Configuration, Run, load_sweep
 from minimt.study.tables import (
     configuration_table,
     parameter_table,
