@@ -380,6 +380,7 @@ def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
     assert [(f.protocol.name, f.size) for f in q1] == [("study_cpu", 1), ("", 2)]
     text = build_markdown(report)
     assert "### Q1, experiment=study_cpu, fp32 on a 2-core CPU: Holm over 1 comparisons" in text
+    assert text.count("**Q4. Where do positions matter") == 1  # not run: said for the first only
 
 
 def test_unread_references_are_said_once_and_keep_their_columns(sweep, monkeypatch):

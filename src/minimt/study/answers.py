@@ -20,7 +20,11 @@ PHRASES = {
 
 
 def answer_paragraphs(report: Report) -> str:
-    return "\n\n".join(_answer(family, report.rules.margin) for family in report.families)
+    """One paragraph per question and protocol; a question without comparisons is said to be
+    not run for the first protocol only (the CPU regime answers Q2 alone)."""
+    first = report.protocols[0]
+    shown = [f for f in report.families if f.comparisons or f.protocol == first]
+    return "\n\n".join(_answer(family, report.rules.margin) for family in shown)
 
 
 def _answer(family: Family, margin: float) -> str:
