@@ -353,23 +353,29 @@ def test_nothing_to_report_is_one_line_and_exit_1(tmp_path, capsys, where):
         build_report(tmp_path / "missing", "test", resamples=200)
 
 
-def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
+def add_cpu_protocol_runs(sweep, root, monkeypatch, seeds: tuple[int, ...]) -> None:
+    """Runs of full-sinusoidal and full-learned in a second protocol (d_model 32) beside the
+    sweep's runs."""
     cpu = Protocol("study_cpu", "study_cpu", "fp32", "cpu", "a 2-core CPU", "cpu")
     monkeypatch.setattr(
         minimt.study.runs,
         "protocol_of",
         lambda cfg, precision, device: cpu if cfg.model.d_model == 32 else AS_CONFIGURED,
     )
-    (tmp_path / "cpu_data").mkdir()
-    data = write_corpus(tmp_path / "cpu_data")
+    (root / "cpu_data").mkdir()
+    data = write_corpus(root / "cpu_data")
     refs = [line.rstrip("\n") for line in open(data["test"]["tgt"])]
     for slug in ("full-sinusoidal", "full-learned"):
-        for seed in (1, 2, 3):
+        for seed in seeds:
             run_dir = sweep / "cpu" / f"{slug},seed={seed}"
             write_run(run_dir, slug, seed, data, {"test": degraded(refs, False)})
             metrics = json.loads((run_dir / "metrics.json").read_text())
             metrics["config"]["model"]["d_model"] = 32
             (run_dir / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
+    add_cpu_protocol_runs(sweep, tmp_path, monkeypatch, seeds=(1, 2, 3))
     report = build_report(sweep, None, resamples=0)
     for c in report.comparisons:
         assert c.system.protocol == c.reference.protocol
@@ -381,6 +387,15 @@ def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
     text = build_markdown(report)
     assert "### Q1, experiment=study_cpu, fp32 on a 2-core CPU: Holm over 1 comparisons" in text
     assert text.count("**Q4. Where do positions matter") == 1  # not run: said for the first only
+
+
+def test_a_protocol_names_its_missing_runs_and_its_untested_family(sweep, tmp_path, monkeypatch):
+    add_cpu_protocol_runs(sweep, tmp_path, monkeypatch, seeds=(1,))
+    text = build_markdown(build_report(sweep, None, resamples=0))
+    cpu_q1 = next(line for line in text.splitlines() if "experiment=study_cpu" in line)
+    assert "fp32 on a 2-core CPU; 1 seed; no comparison with 2 seeds yet, so no test)" in cpu_q1
+    assert "Not run yet: cpu-full-rope vs cpu-full-sinusoidal, cpu-full-alibi vs" in cpu_q1
+    assert "### Q1, experiment=study_cpu, fp32 on a 2-core CPU: no comparison with 2" in text
 
 
 def test_unread_references_are_said_once_and_keep_their_columns(sweep, monkeypatch):

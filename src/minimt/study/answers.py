@@ -29,18 +29,19 @@ def answer_paragraphs(report: Report) -> str:
 
 def _answer(family: Family, margin: float) -> str:
     context = [family.protocol.title] if family.protocol.name else []
+    name = family.protocol.slug
     if not family.comparisons:
-        lacking = f": no runs of {', '.join(family.lacking)}" if family.lacking else ""
+        lacking = f": no runs of {', '.join(map(name, family.lacking))}" if family.lacking else ""
         return f"{_title(family, context)} Not run{lacking}."
     seeds = sorted({c.difference.seeds for c in family.comparisons})
-    context += [_seeds(seeds), f"Holm over {family.size}"]
+    context += [_seeds(seeds), _family_size(family)]
     parts = []
     for verdict, phrase in PHRASES.items():
         found = [c for c in family.comparisons if c.verdict.verdict == verdict]
         if found:
             phrase = phrase.replace("equivalent", f"equivalent (±{margin:g} BLEU)")
             parts.append(f"{phrase.capitalize()}: {_cite(found)}.")
-    missing = ", ".join(f"{c.system} vs {c.reference}" for c in family.not_run)
+    missing = ", ".join(f"{name(c.system)} vs {name(c.reference)}" for c in family.not_run)
     if missing:
         parts.append(f"Not run yet: {missing}.")
     return f"{_title(family, context)} " + " ".join(parts)
@@ -49,6 +50,12 @@ def _answer(family: Family, margin: float) -> str:
 def _title(family: Family, context: Sequence[str]) -> str:
     title = f"**{family.question.key}. {family.question.title}**"
     return f"{title} ({'; '.join(context)})" if context else title
+
+
+def _family_size(family: Family, unit: str = "") -> str:
+    if family.size:
+        return f"Holm over {family.size}{unit}"
+    return "no comparison with 2 seeds yet, so no test"
 
 
 def _seeds(counts: Sequence[int]) -> str:
@@ -108,7 +115,7 @@ def verdict_tables(report: Report) -> str:
     for family in [f for f in report.families if f.comparisons]:
         where = f", {family.protocol.title}" if family.protocol.name else ""
         sections.append(
-            f"### {family.question.key}{where}: Holm over {family.size} comparisons\n\n"
+            f"### {family.question.key}{where}: {_family_size(family, ' comparisons')}\n\n"
             f"{family.question.title}\n\n" + verdict_table(family)
         )
     return "\n\n".join(sections) or "No declared comparison has runs of both sides yet."

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from minimt.study.plots import save_bucket_curves, save_seed_curves, save_test_bleu
-from minimt.study.results import ConfigResult, Report, long_test_sets, mean, regime_slug, scores_of
+from minimt.study.results import ConfigResult, Report, long_test_sets, mean, scores_of
 from minimt.study.runs import LONG_PREFIX
 
 
@@ -15,7 +15,7 @@ def plot_names(report: Report) -> list[str]:
     """test_bleu.png, then per data regime its validation curves and BLEU by length."""
     names = ["test_bleu.png"]
     for protocol, regime in report.regimes:
-        slug = regime_slug(protocol, regime)
+        slug = protocol.slug(regime.slug)
         names += [f"val_bleu_{slug}.png", f"bleu_by_length_{slug}.png"]
     return names
 
@@ -26,7 +26,7 @@ def save_plots(report: Report) -> list[Path]:
     save_test_bleu(rows, out / "test_bleu.png", report.test_set)
     for protocol, regime in report.regimes:
         results = report.in_regime(protocol, regime)
-        slug = regime_slug(protocol, regime)
+        slug = protocol.slug(regime.slug)
         groups = {r.configuration.embedding.slug: r.configuration.embedding.pe for r in results}
         curves = {
             r.configuration.embedding.slug: [run.val_bleu_curve() for run in r.runs]

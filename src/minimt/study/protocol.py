@@ -46,6 +46,10 @@ class Protocol:
     device: str  # in words, for the report
     slug_prefix: str  # before a configuration's slug ("" for the main protocol)
 
+    def slug(self, local_slug: str) -> str:
+        """A configuration's slug within this protocol as the report names it: cpu-full-rope."""
+        return f"{self.slug_prefix}-{local_slug}" if self.slug_prefix else local_slug
+
     @property
     def title(self) -> str:
         if not self.name:

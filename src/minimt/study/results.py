@@ -118,11 +118,6 @@ class Report:
         ]
 
 
-def regime_slug(protocol: Protocol, regime: DataRegime) -> str:
-    """full, length15, cpu-full: the protocol's prefix before the data regime."""
-    return f"{protocol.slug_prefix}-{regime.slug}" if protocol.slug_prefix else regime.slug
-
-
 def mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 

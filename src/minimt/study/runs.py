@@ -149,8 +149,7 @@ class Configuration:
     def slug(self) -> str:
         """Its folder name in docs/study/runs: length15-alibi, full-sinusoidal-unscaled-init1,
         cpu-full-rope (the protocol's prefix first)."""
-        prefix = f"{self.protocol.slug_prefix}-" if self.protocol.slug_prefix else ""
-        return f"{prefix}{self.local_slug}"
+        return self.protocol.slug(self.local_slug)
 
     @property
     def local_slug(self) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
-from minimt.study.results import ConfigResult, Report, regime_slug
+from minimt.study.results import ConfigResult, Report
 from minimt.study.runs import SHARE_LEVELS, TIED, Run, setting
 
 
@@ -123,7 +123,7 @@ def regime_table(report: Report) -> str:
         trained = ", ".join(f"{p:,}" for p in pairs) + " pairs" if pairs else "-"
         cells.append(
             [
-                regime_slug(protocol, regime),
+                protocol.slug(regime.slug),
                 f"{regime.label}; {trained}",
                 str(len(results)),
                 str(len(runs)),
@@ -189,7 +189,7 @@ def training_lengths(report: Report) -> str:
             if (rows := untrained_rows(r, src, tgt)) is not None
         ]
         cells.append(
-            [regime_slug(protocol, regime), _count(src), _count(tgt), "; ".join(untrained) or "-"]
+            [protocol.slug(regime.slug), _count(src), _count(tgt), "; ".join(untrained) or "-"]
         )
     header = ["data regime", "longest source", "longest target", "learned positions never trained"]
     return (
