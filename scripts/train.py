@@ -57,6 +57,20 @@ def how_to_resume(run_dir: str) -> str:
     )
 
 
+class RecordChoices:
+    """Writes the config groups' choices (experiment, arm, pe, ...) to metrics.json "choices", so
+    that a run names the study arm it trained."""
+
+    def __init__(self, choices: dict[str, str | None]):
+        self.choices = {group: choice for group, choice in choices.items() if "hydra" not in group}
+
+    def on_validation(self, run, step: int) -> None:
+        pass
+
+    def on_finish(self, run, metrics: dict) -> None:
+        metrics["choices"] = self.choices
+
+
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
 @one_line_errors
 def main(cfg: DictConfig) -> float | None:
@@ -70,7 +84,8 @@ def main(cfg: DictConfig) -> float | None:
                 return finished["best_val_bleu"]
             if interrupted_run(run_dir):
                 cfg.resume = run_dir
-        metrics = train(cfg, run_dir, study_hooks(cfg))
+        choices = RecordChoices(dict(HydraConfig.get().runtime.choices))
+        metrics = train(cfg, run_dir, [*study_hooks(cfg), choices])
     except Interrupted as stopped:
         log.warning("%s:\n  %s", stopped, resume_command(run_dir))
         sys.exit(0)

@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from minimt.config import register_resolvers
 from minimt.data.corpus import local_path
+
+register_resolvers()  # as scripts/train.py does: the configs use ${minimt.inverse_sqrt:...}
 
 DEFAULT_MULTI30K_DIR = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
 

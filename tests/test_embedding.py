@@ -369,3 +369,26 @@ def test_init_std_sets_the_token_tables_std(init_std, expected):
 def test_init_std_must_be_positive():
     with pytest.raises(ValueError, match="init_std must be positive"):
         make_embedding(init_std=0.0)
+
+
+def test_input_magnitudes_are_the_rms_of_scaled_tokens_and_of_the_added_positions():
+    embedding = make_embedding(pos_encoding="sinusoidal", share_embeddings=False)
+    n = 20
+    got = embedding.input_magnitudes(n)
+    position_rms = sinusoidal_table(n, 16).pow(2).mean().sqrt().item()
+    for side, table in (("src", embedding.src_tokens), ("tgt", embedding.tgt_tokens)):
+        tokens = table.weight[1:] * math.sqrt(16)  # padding row 0 left out
+        token_rms = tokens.pow(2).mean().sqrt().item()
+        assert got[side]["token_rms"] == pytest.approx(token_rms, rel=1e-6)
+        assert got[side]["position_rms"] == pytest.approx(position_rms, rel=1e-6)
+        assert got[side]["ratio"] == pytest.approx(token_rms / position_rms, rel=1e-6)
+    # the sinusoid's RMS tends to 1/sqrt(2); init std d_model^-0.5 gives scaled tokens RMS ~1
+    long = make_embedding(max_seq_len=4000).input_magnitudes(4000)["src"]
+    assert long["position_rms"] == pytest.approx(0.5**0.5, rel=1e-3)
+    assert long["token_rms"] == pytest.approx(1.0, rel=0.2)
+
+
+@pytest.mark.parametrize("pos_encoding", ["none", "rope", "alibi"])
+def test_input_magnitudes_without_an_added_table_have_no_ratio(pos_encoding):
+    got = make_embedding(pos_encoding=pos_encoding).input_magnitudes(10)["tgt"]
+    assert got["position_rms"] == 0.0 and got["ratio"] is None

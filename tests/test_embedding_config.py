@@ -162,3 +162,48 @@ def test_bad_embedding_values_name_the_key_and_the_choices(overrides, named):
 )
 def test_valid_embedding_values_validate(overrides):
     validate_config(compose_config(*SMALL, *overrides))
+
+
+def test_pe_init_std_sets_the_learned_table_s_init_std():
+    tables = [
+        build("pe=learned", f"pe.init_std={std}").embedding.positions.table.weight
+        for std in (0.02, 0.5)
+    ]
+    # 256 x 32 draws: the sample std is within 5% of the configured one
+    assert tables[0].std().item() == pytest.approx(0.02, rel=0.05)
+    assert tables[1].std().item() == pytest.approx(0.5, rel=0.05)
+    assert compose_config("pe=learned").pe.init_std == 0.02  # GPT's and BERT's, the default
+
+
+def test_pe_scale_multiplies_the_sinusoidal_table():
+    plain = build().embedding.positions.table
+    scaled = build("pe.scale=0.125").embedding.positions.table
+    torch.testing.assert_close(scaled, 0.125 * plain, rtol=0, atol=0)
+    assert compose_config().pe.scale == 1.0
+
+
+def test_an_option_given_relative_to_d_model_resolves_against_it():
+    cfg = compose_config("experiment=study_cpu", "arm=fairseq_learned")
+    assert cfg.pe.init_std == 128**-0.5
+    cfg = compose_config("experiment=study_cpu", "arm=unscaled_small_sinusoidal")
+    assert (cfg.pe.scale, cfg.embedding.scale) == (128**-0.5, False)
+
+
+@pytest.mark.parametrize("key", ["pe.init_std", "pe.scale"])
+@pytest.mark.parametrize("value", ["0", "-0.1", "large"])
+def test_a_bad_positional_option_is_an_error_naming_the_key(key, value):
+    pe = "pe=learned" if key == "pe.init_std" else "pe=sinusoidal"
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config(compose_config(*SMALL, pe, f"{key}={value}"))
+
+
+def test_positional_options_reach_only_the_side_with_the_chosen_encoding():
+    model = build("pe=learned", "pe.init_std=0.5", "pe.decoder=sinusoidal")
+    assert model.embedding.src_positions.table.weight.std().item() == pytest.approx(0.5, rel=0.05)
+    assert type(model.embedding.tgt_positions) is SinusoidalPositions
+
+
+def test_a_positional_option_is_a_setting_a_resumed_run_must_keep():
+    saved = compose_config("pe=learned")
+    assert "pe.init_std" in RESUME_KEYS and "pe.scale" in RESUME_KEYS
+    assert config_mismatches(saved, compose_config("pe=learned", "pe.init_std=0.1"), RESUME_KEYS)

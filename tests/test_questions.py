@@ -4,7 +4,7 @@ experiment config and precision it trained with."""
 import pytest
 
 from minimt.study.protocol import AS_CONFIGURED, protocol_of
-from minimt.study.questions import QUESTIONS
+from minimt.study.questions import FIRST_SEEDS, PLAN, QUESTIONS, Contrast, Interaction
 from minimt.study.runs import configuration_of
 from tests.helpers import REPO, compose_config
 
@@ -47,3 +47,55 @@ def test_runs_of_no_declared_experiment_are_grouped_as_configured():
     assert protocol_of(compose_config("experiment=smoke"), "fp32") == AS_CONFIGURED
     changed = compose_config("experiment=study_cpu", "trainer.lr=1e-3")
     assert protocol_of(changed, "fp32") == AS_CONFIGURED
+
+
+def test_the_plan_names_arms_that_exist_and_fixes_each_family_before_its_runs():
+    arms = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
+    for look in PLAN:
+        assert look.tests, f"{look.question} look {look.look} tests nothing"
+        for test in look.tests:
+            comparison = test.comparison
+            contrasts = (
+                (comparison.first, comparison.second)
+                if isinstance(comparison, Interaction)
+                else (comparison,)
+            )
+            assert {arm for c in contrasts for arm in (c.system, c.reference)} <= arms
+            assert len(test.seeds) == len(set(test.seeds)) >= 3
+
+
+def test_the_plan_spends_at_most_the_family_wise_alpha_of_each_question_over_its_looks():
+    spent: dict[str, float] = {}
+    for look in PLAN:
+        spent[look.question] = spent.get(look.question, 0.0) + look.alpha
+    assert spent == pytest.approx({"Q1": 0.025, "Q2": 0.05, "Q2x": 0.05, "Q6": 0.05})
+    # Q1's second look has nothing left that new seeds can settle: its 0.025 stays unspent.
+
+
+def test_the_second_look_tests_only_what_the_first_left_open_and_on_more_seeds():
+    def tests_of(question: str, number: int) -> list:
+        return [
+            t
+            for look in PLAN
+            if (look.question, look.look) == (question, number)
+            for t in look.tests
+        ]
+
+    first = {test.comparison: test.seeds for test in tests_of("Q2", 1)}
+    second = tests_of("Q2", 2)
+    called_at_look_1 = {
+        Contrast("init1_sinusoidal", "full_sinusoidal"),
+        Contrast("unscaled_init1_sinusoidal", "init1_sinusoidal"),
+    }
+    for test in second:
+        assert test.comparison in first and test.comparison not in called_at_look_1
+        assert set(first[test.comparison]) < set(test.seeds)
+
+
+def test_the_interaction_is_tested_on_new_seeds_only():
+    (q2x,) = [look for look in PLAN if look.question == "Q2x"]
+    (test,) = q2x.tests
+    assert not set(test.seeds) & set(FIRST_SEEDS)
+    assert isinstance(test.comparison, Interaction)
+    assert test.comparison.first.reference == "full_learned"
+    assert test.comparison.second.reference == "full_sinusoidal"

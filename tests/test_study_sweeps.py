@@ -16,6 +16,7 @@ from tests.helpers import REPO, compose_config, tiny_run_overrides
 from tests.test_sweep import sweep_jobs
 
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
+BALANCE_ARMS = {"fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal"}
 LENGTH_SPLIT_ARMS = {f"length_{pe}" for pe in ENCODINGS} | {f"control_{pe}" for pe in ENCODINGS}
 UNSCALED = {"embedding.scale": False}
 INIT1 = {"embedding.init_std": 1.0}
@@ -34,6 +35,10 @@ ARMS: dict[str, tuple[str, dict]] = {
     "share_decoder": ("sinusoidal", {"embedding.share": "decoder"}),
     "encoder_only": ("sinusoidal", {"pe.decoder": "none"}),
     "decoder_only": ("sinusoidal", {"pe.encoder": "none"}),
+    # magnitude balance (experiment=study_cpu's Q6), at the default d_model of 256
+    "fairseq_learned": ("learned", {"pe.init_std": 256**-0.5}),
+    "sinusoid_rms_learned": ("learned", {"pe.init_std": 0.7071}),
+    "unscaled_small_sinusoidal": ("sinusoidal", UNSCALED | {"pe.scale": 256**-0.5}),
 }
 
 
@@ -64,7 +69,7 @@ def compose_with_hydra(*overrides: str) -> DictConfig:
 def test_the_arm_group_holds_exactly_the_study_s_configurations():
     files = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
     assert files == ARMS.keys()
-    assert len(files) == 5 + 5 + 5 + 9 + 2 + 2
+    assert len(files) == 5 + 5 + 5 + 9 + 2 + 2 + 3
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
@@ -109,7 +114,7 @@ def test_the_length_split_sweep_runs_five_encodings_and_two_controls_with_three_
 
 def test_the_study_sweep_runs_every_other_arm_with_three_seeds():
     runs = arms_and_seeds(sweep_jobs("sweep=study"))
-    other_arms = ARMS.keys() - LENGTH_SPLIT_ARMS
+    other_arms = ARMS.keys() - LENGTH_SPLIT_ARMS - BALANCE_ARMS
     assert sorted(runs) == sorted((arm, seed) for arm in other_arms for seed in (1, 2, 3))
 
 

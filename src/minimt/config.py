@@ -37,6 +37,8 @@ ARCHITECTURE_KEYS = (
 RESUME_KEYS = (
     *ARCHITECTURE_KEYS,
     "embedding.init_std",
+    "pe.init_std",
+    "pe.scale",
     "data.name",
     "data.src_lang",
     "data.tgt_lang",
@@ -133,6 +135,8 @@ RULES: dict[str, Rule] = {
     "pe.name": one_of(*POSITIONAL_ENCODINGS),
     "pe.encoder": one_of(*POSITIONAL_ENCODINGS),
     "pe.decoder": one_of(*POSITIONAL_ENCODINGS),
+    "pe.init_std": optional_positive_number,
+    "pe.scale": optional_positive_number,
     "embedding.scale": boolean,
     "embedding.share": share_level,
     "embedding.init_std": optional_positive_number,
@@ -264,11 +268,14 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
 
 
 def register_resolvers() -> None:
-    """`${minimt.run_dir:${resume},NEW}` (configs/config.yaml): a resumed run keeps its folder."""
+    """`${minimt.run_dir:${resume},NEW}` (configs/config.yaml): a resumed run keeps its folder;
+    `${minimt.inverse_sqrt:${model.d_model}}`: d_model^-0.5, for settings given relative to it."""
     if not OmegaConf.has_resolver("minimt.run_dir"):
         OmegaConf.register_new_resolver(
             "minimt.run_dir", lambda resume, new: str(run_dir_of(resume)) if resume else new
         )
+    if not OmegaConf.has_resolver("minimt.inverse_sqrt"):
+        OmegaConf.register_new_resolver("minimt.inverse_sqrt", lambda n: float(n) ** -0.5)
 
 
 def canonical_share(share: bool | str) -> str:
@@ -293,6 +300,12 @@ def canonical_config(cfg: DictConfig | dict) -> DictConfig:
 def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
     """The RESUME_KEYS whose values differ between a saved config (any age) and cfg."""
     return config_mismatches(canonical_config(saved), canonical_config(cfg), RESUME_KEYS)
+
+
+def positional_options(pe: DictConfig) -> dict[str, float]:
+    """The pe section's arguments of its encoding's module (pe.init_std of learned, pe.scale of
+    sinusoidal): every key but the choice of encoding."""
+    return {key: value for key, value in pe.items() if key not in ("name", "encoder", "decoder")}
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
@@ -320,5 +333,6 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Tr
         share_embeddings=share_embeddings,
         tie_output=tie_output,
         init_std=cfg.embedding.init_std,
+        pos_options=positional_options(cfg.pe),
         norm_first=m.norm_first,
     )

@@ -1,6 +1,7 @@
 """The Transformer's input pipeline: token lookup, sqrt(d_model) scale, positions, dropout."""
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -21,12 +22,18 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 
 
 class SinusoidalPositions(nn.Module):
-    """Adds the fixed sinusoidal table; no parameters and nothing in the state_dict."""
+    """Adds the fixed sinusoidal table times `scale` (RMS 0.71 x scale); no parameters and
+    nothing in the state_dict."""
 
-    def __init__(self, max_seq_len: int, d_model: int):
+    def __init__(self, max_seq_len: int, d_model: int, scale: float = 1.0):
         super().__init__()
+        if not scale > 0:
+            raise ValueError(f"the sinusoidal table's scale must be positive, got {scale}")
+        table = sinusoidal_table(max_seq_len, d_model)
+        if scale != 1.0:
+            table = table * scale
         # Non-persistent: checkpoints neither store it nor break when max_seq_len changes.
-        self.register_buffer("table", sinusoidal_table(max_seq_len, d_model), persistent=False)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: Tensor, offset: int) -> Tensor:
         """(B, L, d_model) -> (B, L, d_model), positions offset..offset+L-1."""
@@ -34,12 +41,16 @@ class SinusoidalPositions(nn.Module):
 
 
 class LearnedPositions(nn.Module):
-    """Adds a trained (max_seq_len, d_model) table; positions unseen in training stay at init."""
+    """Adds a trained (max_seq_len, d_model) table initialised N(0, init_std): 0.02 is GPT's and
+    BERT's (beside unscaled tokens), d_model^-0.5 fairseq's (beside sqrt(d_model)-scaled ones).
+    Positions unseen in training stay at their init."""
 
-    def __init__(self, max_seq_len: int, d_model: int):
+    def __init__(self, max_seq_len: int, d_model: int, init_std: float = 0.02):
         super().__init__()
+        if not init_std > 0:
+            raise ValueError(f"the learned table's init_std must be positive, got {init_std}")
         self.table = nn.Embedding(max_seq_len, d_model)
-        nn.init.normal_(self.table.weight, mean=0.0, std=0.02)
+        nn.init.normal_(self.table.weight, mean=0.0, std=init_std)
 
     def forward(self, x: Tensor, offset: int) -> Tensor:
         """(B, L, d_model) -> (B, L, d_model), positions offset..offset+L-1."""
@@ -163,6 +174,8 @@ class Seq2SeqEmbedding(nn.Module):
     `positions["tgt"]`. With share_embeddings the target table is the source table itself, which
     also makes it the model's output projection when the model ties that: three-way tying over one
     joint vocabulary. init_std is the token tables' init std (None: d_model^-0.5).
+    pos_options are keyword arguments of pos_encoding's module (the learned table's init_std, the
+    sinusoid's scale), given to each side that uses pos_encoding.
     """
 
     def __init__(
@@ -181,6 +194,7 @@ class Seq2SeqEmbedding(nn.Module):
         src_pos_encoding: str | None = None,
         tgt_pos_encoding: str | None = None,
         init_std: float | None = None,
+        pos_options: Mapping[str, float] | None = None,
     ):
         super().__init__()
         src_pos_encoding = pos_encoding if src_pos_encoding is None else src_pos_encoding
@@ -215,15 +229,17 @@ class Seq2SeqEmbedding(nn.Module):
             self.tgt_tokens = self.src_tokens
         else:
             self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx, std)
+
+        def positions(name: str) -> nn.Module:
+            options = (pos_options or {}) if name == pos_encoding else {}
+            return POSITIONAL_ENCODINGS[name](max_seq_len, d_model, **options)
+
         if src_pos_encoding == tgt_pos_encoding:
             # One module, and the state_dict keys (positions.table.weight) models always had.
-            self.positions = POSITIONAL_ENCODINGS[src_pos_encoding](max_seq_len, d_model)
+            self.positions = positions(src_pos_encoding)
         else:
             self.positions = nn.ModuleDict(
-                {
-                    "src": POSITIONAL_ENCODINGS[src_pos_encoding](max_seq_len, d_model),
-                    "tgt": POSITIONAL_ENCODINGS[tgt_pos_encoding](max_seq_len, d_model),
-                }
+                {"src": positions(src_pos_encoding), "tgt": positions(tgt_pos_encoding)}
             )
         self.dropout = nn.Dropout(dropout)
 
@@ -245,6 +261,32 @@ class Seq2SeqEmbedding(nn.Module):
     def tgt_token_weight(self) -> nn.Parameter:
         """(tgt_vocab, d_model): the target table, the output projection when the model ties it."""
         return self.tgt_tokens.weight
+
+    @torch.no_grad()
+    def input_magnitudes(self, n_positions: int) -> dict[str, dict[str, float | None]]:
+        """Per side ("src", "tgt"): the RMS of the scaled token vectors (padding row left out), of
+        the positional signal added at positions 0..n_positions-1, and their ratio (None where
+        nothing is added: none, rope, alibi)."""
+        sides = {
+            "src": (self.src_tokens, self.src_positions),
+            "tgt": (self.tgt_tokens, self.tgt_positions),
+        }
+        return {
+            side: self._magnitudes(tokens, positions, n_positions)
+            for side, (tokens, positions) in sides.items()
+        }
+
+    def _magnitudes(
+        self, tokens: nn.Embedding, positions: nn.Module, n_positions: int
+    ) -> dict[str, float | None]:
+        rows = torch.ones(tokens.num_embeddings, dtype=torch.bool)
+        if tokens.padding_idx is not None:
+            rows[tokens.padding_idx] = False
+        token_rms = (tokens.weight[rows].float() * self.scale).pow(2).mean().sqrt().item()
+        zeros = tokens.weight.new_zeros(1, min(n_positions, self.max_seq_len), self.d_model)
+        position_rms = positions(zeros, 0).float().pow(2).mean().sqrt().item()
+        ratio = token_rms / position_rms if position_rms > 0 else None
+        return {"token_rms": token_rms, "position_rms": position_rms, "ratio": ratio}
 
     def encode_source(self, ids: Tensor, offset: int = 0) -> Tensor:
         """(B, S) token ids at positions offset..offset+S-1 -> (B, S, d_model)."""

@@ -1,7 +1,7 @@
 """Encoder-decoder Transformer (Vaswani et al., 2017), pre-LN and tied output layer by default."""
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -346,6 +346,7 @@ class Transformer(nn.Module):
         src_pos_encoding: str | None = None,
         tgt_pos_encoding: str | None = None,
         init_std: float | None = None,
+        pos_options: Mapping[str, float] | None = None,
         tie_output: bool = True,
     ):
         super().__init__()
@@ -366,6 +367,7 @@ class Transformer(nn.Module):
             src_pos_encoding=src_pos_encoding,
             tgt_pos_encoding=tgt_pos_encoding,
             init_std=init_std,
+            pos_options=pos_options,
         )
         # tie_output=False: an own output matrix, initialised as fairseq's untied one.
         self.output_weight = None

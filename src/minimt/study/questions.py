@@ -90,3 +90,104 @@ QUESTIONS = (
         length_contrasts(),
     ),
 )
+
+
+# The plan for experiment=study_cpu from its second round on, fixed before its runs. It names
+# arms as configs/arm does (a run records its arm in metrics.json "choices"). Each Look is one
+# family: Holm's m is the number of tests listed, whatever has run. The family-wise 0.05 of Q1
+# and Q2 is split over two looks (0.025 at seeds 1-3, 0.025 at the second look); Q2x and Q6 are
+# new families with one look each at 0.05. Seeds per test come from the protocol's pooled seed
+# spread (paired-difference sd 0.92 BLEU at seeds 1-3), 80% power at the observed difference.
+PLAN_PROTOCOL = "study_cpu"
+FIRST_SEEDS = (1, 2, 3)
+NEW_SEEDS = (4, 5, 6, 7, 8)
+Q6_SEEDS = (1, 2, 3, 4, 5)
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """Does a change act the same in two settings: per seed, (first.system - first.reference)
+    minus (second.system - second.reference), tested against 0."""
+
+    first: Contrast
+    second: Contrast
+
+
+@dataclass(frozen=True)
+class PlannedTest:
+    """A contrast or interaction of arms and the seeds it pairs."""
+
+    comparison: Contrast | Interaction
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Look:
+    """One family tested once: a question's tests at one look, Holm over all of them at alpha."""
+
+    question: str
+    look: int
+    alpha: float
+    tests: tuple[PlannedTest, ...]
+
+
+def _tests(seeds: tuple[int, ...], *pairs: tuple[str, str]) -> tuple[PlannedTest, ...]:
+    return tuple(PlannedTest(Contrast(system, reference), seeds) for system, reference in pairs)
+
+
+UNSCALED_MINUS_SCALED = Interaction(
+    Contrast("unscaled_learned", "full_learned"),
+    Contrast("unscaled_sinusoidal", "full_sinusoidal"),
+)
+Q6_ARMS = ("fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal")
+
+PLAN = (
+    # Look 1 (done): the comparisons that had run at seeds 1-3, restated at 0.025.
+    Look(
+        "Q1",
+        1,
+        0.025,
+        _tests(FIRST_SEEDS, ("full_learned", "full_sinusoidal"), ("full_rope", "full_sinusoidal")),
+    ),
+    Look(
+        "Q2",
+        1,
+        0.025,
+        _tests(
+            FIRST_SEEDS,
+            ("unscaled_sinusoidal", "full_sinusoidal"),
+            ("init1_sinusoidal", "full_sinusoidal"),
+            ("unscaled_init1_sinusoidal", "full_sinusoidal"),
+            ("unscaled_init1_sinusoidal", "unscaled_sinusoidal"),
+            ("unscaled_init1_sinusoidal", "init1_sinusoidal"),
+            ("unscaled_learned", "full_learned"),
+            ("unscaled_rope", "full_rope"),
+        ),
+    ),
+    # Look 2: what look 1 left open and new seeds can settle. Q1 has nothing left to test there
+    # (learned was called at look 1; rope gets no new seeds, it needs about 7).
+    Look(
+        "Q2",
+        2,
+        0.025,
+        _tests(
+            (*FIRST_SEEDS, *NEW_SEEDS),
+            ("unscaled_sinusoidal", "full_sinusoidal"),
+            ("unscaled_learned", "full_learned"),
+        )
+        + _tests(Q6_SEEDS, ("unscaled_init1_sinusoidal", "full_sinusoidal")),
+    ),
+    # The interaction seeds 1-3 suggested, tested on new seeds only.
+    Look("Q2x", 1, 0.05, (PlannedTest(UNSCALED_MINUS_SCALED, NEW_SEEDS),)),
+    # Magnitude balance: each new arm against the default and against today's learned arm.
+    Look(
+        "Q6",
+        1,
+        0.05,
+        tuple(
+            PlannedTest(Contrast(arm, reference), Q6_SEEDS)
+            for arm in Q6_ARMS
+            for reference in ("full_sinusoidal", "full_learned")
+        ),
+    ),
+)

@@ -78,13 +78,17 @@ class DataRegime:
 
 @dataclass(frozen=True)
 class Embedding:
-    """A run's embedding choices: pe.encoder, pe.decoder, embedding.scale, .share, .init_std."""
+    """A run's embedding choices: pe.encoder, pe.decoder, embedding.scale, .share, .init_std,
+    and where they differ from their defaults, the learned table's pe.init_std (0.02) and the
+    sinusoid's pe.scale (1)."""
 
     pe_encoder: str
     pe_decoder: str
     scale: bool
     share: str
     init_std: float | None
+    pos_init_std: float | None = None
+    pos_scale: float | None = None
 
     @property
     def pe(self) -> str:
@@ -106,6 +110,10 @@ class Embedding:
             parts.append(f"share_{self.share}")
         if self.init_std is not None:
             parts.append(f"init{self.init_std:g}")
+        if self.pos_init_std is not None:
+            parts.append(f"posstd{self.pos_init_std:.3g}")
+        if self.pos_scale is not None:
+            parts.append(f"posscale{self.pos_scale:.3g}")
         return "-".join(parts)
 
     @property
@@ -118,6 +126,10 @@ class Embedding:
         parts.append("untied" if self.share == "none" else f"tied {self.share}")
         if self.init_std is not None:
             parts.append(f"init std {self.init_std:g}")
+        if self.pos_init_std is not None:
+            parts.append(f"position table std {self.pos_init_std:.3g}")
+        if self.pos_scale is not None:
+            parts.append(f"sinusoid x {self.pos_scale:.3g}")
         return ", ".join(parts)
 
     def sort_key(self) -> tuple:
@@ -130,6 +142,8 @@ class Embedding:
             SHARE_LEVELS.index(self.share),
             self.init_std is not None,
             self.init_std or 0.0,
+            self.pos_init_std or 0.0,
+            self.pos_scale or 0.0,
         )
 
 
@@ -196,6 +210,8 @@ def configuration_of(
     defaults); no length split where the data keys are missing."""
     cfg = canonical_config(cfg)
     init_std = cfg.embedding.init_std
+    pos_init_std = setting(cfg, "pe.init_std")
+    pos_scale = setting(cfg, "pe.scale")
     return Configuration(
         DataRegime(
             setting(cfg, "data.train_max_words"),
@@ -208,6 +224,8 @@ def configuration_of(
             bool(cfg.embedding.scale),
             cfg.embedding.share,
             None if init_std is None else float(init_std),
+            None if pos_init_std in (None, 0.02) else float(pos_init_std),
+            None if pos_scale in (None, 1.0) else float(pos_scale),
         ),
         protocol_of(cfg, precision, device),
     )

@@ -29,6 +29,7 @@ from minimt.checkpoint import (
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
 from minimt.errors import MinimtError
+from minimt.model.transformer import Transformer
 from minimt.runtime import (
     device_name,
     job_num_threads,
@@ -124,7 +125,7 @@ def run_training(
     state = (
         resume_training(resume_checkpoint(cfg.resume), cfg, training, dist)
         if resumed
-        else TrainState()
+        else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
     )
     check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
@@ -336,6 +337,7 @@ def finish(
         extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
     log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
     tests = score_checkpoint(run, ckpt_dir / "best.pt", "test", state.step)
+    magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
     metrics = {
         "steps": state.step,
         "epochs_completed": state.epoch,
@@ -356,6 +358,7 @@ def finish(
         "best_step": state.best_step,
         "val_history": state.val_history,
         "test": tests,
+        "input_magnitudes": magnitudes,
         **extra,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
@@ -364,6 +367,12 @@ def finish(
         hook.on_finish(run, metrics)
     save_json(run.run_dir / "metrics.json", metrics)
     return metrics
+
+
+def input_magnitudes(model: Transformer, cfg: DictConfig) -> dict:
+    """RMS of token vectors and positional signal at the input, per side, over the positions a
+    training pair can use (data.max_train_len + 1)."""
+    return model.embedding.input_magnitudes(cfg.data.max_train_len + 1)
 
 
 def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[str, dict]:

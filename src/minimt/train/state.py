@@ -41,6 +41,8 @@ class TrainState:
     best_val_bleu: float = -1.0
     best_step: int = 0
     val_history: list[dict[str, float]] = field(default_factory=list)
+    # Seq2SeqEmbedding.input_magnitudes of the untrained model (empty in runs saved before it)
+    init_magnitudes: dict = field(default_factory=dict)
 
     def count_step(self, tokens: int, batches: int) -> None:
         """One optimizer step done: `tokens` target tokens in `batches` batches (all processes)."""
