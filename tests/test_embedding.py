@@ -193,10 +193,13 @@ def test_scaled_output_has_unit_scale():
     assert 0.1 < unscaled.encode_source(ids[:, :32]).sub(sinusoidal_table(32, 64)).std() < 0.15
 
 
+MAX_LEN, D_HEADS_MODEL = 64, 48  # an AlibiBias's sizes: its bias depends on the heads only
+
+
 def rotated_dot(q: torch.Tensor, k: torch.Tensor, m: int, n: int) -> float:
     """q (d_head,) turned as at position m, dotted with k (d_head,) turned as at position n."""
     rotary = RotaryPositions(64, q.numel())
-    return (rotary(q[None, None, None], m) @ rotary(k[None, None, None], n).mT).item()
+    return (rotary.rotate(q[None, None, None], m) @ rotary.rotate(k[None, None, None], n).mT).item()
 
 
 @pytest.mark.parametrize("base", [10000.0, 500.0])
@@ -216,7 +219,7 @@ def test_rotary_turns_half_split_pairs_by_the_closed_form_angle():
     rotary = RotaryPositions(64, d_head)
     x = torch.randn(2, 3, 5, d_head, generator=torch.Generator().manual_seed(0))  # (B, h, L, d)
     offset = 11
-    out = rotary(x, offset)
+    out = rotary.rotate(x, offset)
     assert out.shape == x.shape
     for t in [0, 2, 4]:
         for i in range(d_head // 2):
@@ -226,12 +229,12 @@ def test_rotary_turns_half_split_pairs_by_the_closed_form_angle():
             expected_b = a * math.sin(angle) + b * math.cos(angle)
             assert out[1, 2, t, i].item() == pytest.approx(expected_a, abs=1e-5), (t, i)
             assert out[1, 2, t, i + d_head // 2].item() == pytest.approx(expected_b, abs=1e-5)
-    assert torch.equal(rotary(x, 0)[:, :, :1], x[:, :, :1])  # position 0: no turn
+    assert torch.equal(rotary.rotate(x, 0)[:, :, :1], x[:, :, :1])  # position 0: no turn
 
 
 def test_rotary_preserves_norms():
     x = torch.randn(2, 3, 20, 8, generator=torch.Generator().manual_seed(0))
-    out = RotaryPositions(64, 8)(x, 7)
+    out = RotaryPositions(64, 8).rotate(x, 7)
     assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
     assert not torch.allclose(out, x)
 
@@ -271,10 +274,10 @@ def test_alibi_slopes_are_the_paper_s(n_heads, exponents):
 
 
 def test_alibi_bias_is_minus_slope_times_distance():
-    alibi = AlibiBias(4)
+    alibi = AlibiBias(MAX_LEN, D_HEADS_MODEL, n_heads=4)
     slopes = alibi_slopes(4).tolist()
-    symmetric = alibi(5, 7)
-    causal = alibi(5, 5, causal=True)
+    symmetric = alibi.bias(5, 7)
+    causal = alibi.bias(5, 5, causal=True)
     assert symmetric.shape == (4, 5, 7) and causal.shape == (4, 5, 5)
     assert symmetric.dtype == causal.dtype == torch.float32
     for h in range(4):
@@ -287,23 +290,25 @@ def test_alibi_bias_is_minus_slope_times_distance():
 
 
 def test_alibi_bias_of_one_query_at_an_offset_is_that_row_of_the_full_bias():
-    alibi = AlibiBias(6)
-    full = alibi(9, 9, causal=True)  # (h, 9, 9)
+    alibi = AlibiBias(MAX_LEN, D_HEADS_MODEL, n_heads=6)
+    full = alibi.bias(9, 9, causal=True)  # (h, 9, 9)
     for position in range(9):
-        row = alibi(1, position + 1, offset=position, causal=True)  # (h, 1, position + 1)
+        row = alibi.bias(1, position + 1, offset=position, causal=True)  # (h, 1, position + 1)
         assert torch.equal(row[:, 0], full[:, position, : position + 1])
 
 
 def test_alibi_bias_is_exact_at_long_distances_and_in_any_model_dtype():
-    alibi = AlibiBias(8).to(torch.bfloat16)  # a bf16 model: the slopes (powers of 2) stay exact
-    bias = alibi(1, 1001, offset=1000)  # distances up to 1000, not integers in bf16
+    alibi = AlibiBias(MAX_LEN, D_HEADS_MODEL, n_heads=8).to(
+        torch.bfloat16
+    )  # a bf16 model: the slopes (powers of 2) stay exact
+    bias = alibi.bias(1, 1001, offset=1000)  # distances up to 1000, not integers in bf16
     assert bias.dtype == torch.float32
     assert bias[0, 0, 1].item() == -0.5 * 999
     assert bias[7, 0, 0].item() == -1000 / 256
 
 
 def test_alibi_has_nothing_in_the_state_dict():
-    assert AlibiBias(4).state_dict() == {}
+    assert AlibiBias(MAX_LEN, D_HEADS_MODEL, n_heads=4).state_dict() == {}
 
 
 def test_each_side_gets_its_own_encoding():

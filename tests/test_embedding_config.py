@@ -13,7 +13,13 @@ from minimt.config import (
     canonical_config,
     validate_config,
 )
-from minimt.model.embedding import AlibiBias, LearnedPositions, NoPositions, SinusoidalPositions
+from minimt.model.embedding import (
+    AlibiBias,
+    LearnedPositions,
+    NoPositions,
+    RotaryPositions,
+    SinusoidalPositions,
+)
 from tests.helpers import compose_config
 
 VOCAB = 300
@@ -31,8 +37,8 @@ POSITION_MODULES = {
     "sinusoidal": SinusoidalPositions,
     "learned": LearnedPositions,
     "none": NoPositions,
-    "rope": NoPositions,
-    "alibi": NoPositions,
+    "rope": RotaryPositions,
+    "alibi": AlibiBias,
 }
 
 
@@ -52,8 +58,8 @@ def test_each_side_s_encoding_builds_from_the_config(overrides, encoder, decoder
     assert type(embedding.src_positions) is POSITION_MODULES[encoder]
     assert type(embedding.tgt_positions) is POSITION_MODULES[decoder]
     assert (embedding.src_positions is embedding.tgt_positions) == (encoder == decoder)
-    assert isinstance(model.encoder_alibi, AlibiBias) == (encoder == "alibi")
-    assert isinstance(model.decoder_alibi, AlibiBias) == (decoder == "alibi")
+    assert isinstance(model.encoder_bias, AlibiBias) == (encoder == "alibi")
+    assert isinstance(model.decoder_bias, AlibiBias) == (decoder == "alibi")
     assert (model.encoder_layers[0].self_attn.rotary is not None) == (encoder == "rope")
     assert (model.decoder_layers[0].self_attn.rotary is not None) == (decoder == "rope")
     src = torch.randint(1, VOCAB, (2, 5))

@@ -250,13 +250,13 @@ def test_no_alibi_no_float_masks():
 
 def test_alibi_biases_self_attention_only_with_one_shared_module():
     model = make_model(pos_encoding="alibi")
-    assert isinstance(model.encoder_alibi, AlibiBias) and model.encoder_alibi is model.decoder_alibi
+    assert isinstance(model.encoder_bias, AlibiBias) and model.encoder_bias is model.decoder_bias
     assert all(layer.self_attn.rotary is None for layer in model.encoder_layers)
     one_side = make_model(src_pos_encoding="alibi", tgt_pos_encoding="rope")
-    assert isinstance(one_side.encoder_alibi, AlibiBias) and one_side.decoder_alibi is None
+    assert isinstance(one_side.encoder_bias, AlibiBias) and one_side.decoder_bias is None
     assert all(layer.self_attn.rotary is None for layer in one_side.encoder_layers)
     assert all(layer.self_attn.rotary is not None for layer in one_side.decoder_layers)
-    assert make_model().encoder_alibi is None and make_model().decoder_alibi is None
+    assert make_model().encoder_bias is None and make_model().decoder_bias is None
 
 
 def test_optimizer_step_keeps_tables_tied():

@@ -14,7 +14,6 @@ from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import padding_mask
 from minimt.study.views import (
-    attention_probs,
     cosine_similarity_matrix,
     cross_attention,
     log_cross_attention,
@@ -208,11 +207,11 @@ def test_positional_views_written(writer, tokenizers, pe):
 
 def test_positional_table_is_the_added_table(tokenizers):
     learned = model_for(tokenizers, pos_encoding="learned")
-    assert positional_table(learned) is learned.embedding.positions.table.weight
+    assert torch.equal(positional_table(learned), learned.embedding.positions.table.weight)
     zeros = torch.zeros(1, 5, 16)
     sinusoidal = model_for(tokenizers, pos_encoding="sinusoidal")
     assert torch.equal(
-        positional_table(sinusoidal)[:5], sinusoidal.embedding.positions(zeros, 0)[0]
+        positional_table(sinusoidal)[:5], sinusoidal.embedding.positions.add(zeros, 0)[0]
     )
 
 
@@ -307,7 +306,7 @@ def test_attention_probs_without_mask_sum_to_one():
     attn = tiny_transformer(50).decoder_layers[0].cross_attn
     x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
     with torch.no_grad():
-        probs = attention_probs(attn, x, context, None)
+        probs = attn.weights(x, context, None)
     assert probs.shape == (2, 2, 3, 5)
     assert torch.allclose(probs.sum(-1), torch.ones(()))
 

@@ -68,6 +68,12 @@ def one_of(*choices: str) -> Rule:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
 
+def registered_encoding(v: object) -> str | None:
+    """A name in POSITIONAL_ENCODINGS as it is when the config is checked (encodings may be
+    registered after import)."""
+    return one_of(*POSITIONAL_ENCODINGS)(v)
+
+
 def boolean(v: object) -> str | None:
     return None if isinstance(v, bool) else "must be true or false"
 
@@ -132,9 +138,9 @@ def subsample_size(v: object) -> str | None:
 RULES: dict[str, Rule] = {
     "resume": lambda v: None if v is None or isinstance(v, str) else "must be a path or null",
     "views": boolean,
-    "pe.name": one_of(*POSITIONAL_ENCODINGS),
-    "pe.encoder": one_of(*POSITIONAL_ENCODINGS),
-    "pe.decoder": one_of(*POSITIONAL_ENCODINGS),
+    "pe.name": registered_encoding,
+    "pe.encoder": registered_encoding,
+    "pe.decoder": registered_encoding,
     "pe.init_std": optional_positive_number,
     "pe.scale": optional_positive_number,
     "embedding.scale": boolean,
@@ -231,20 +237,20 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
             f"data.train_subsample={AS_LENGTH_SPLIT} needs data.long_tests_over=N: the size of "
             "the length split at N words (or give data.train_subsample a number)"
         )
-    rope_sides = [
-        key for key in ("pe.encoder", "pe.decoder") if OmegaConf.select(cfg, key) == "rope"
-    ]
-    if cfg.model.d_model % cfg.model.n_heads:
-        problems.append(
-            f"model.d_model={cfg.model.d_model} must be divisible by "
-            f"model.n_heads={cfg.model.n_heads}"
-        )
-    elif rope_sides and (cfg.model.d_model // cfg.model.n_heads) % 2:
-        problems.append(
-            f"pe=rope ({', '.join(rope_sides)}) rotates pairs of dimensions, so the head size "
-            f"model.d_model / model.n_heads must be even, got {cfg.model.d_model} / "
-            f"{cfg.model.n_heads}"
-        )
+    d_model, n_heads = cfg.model.d_model, cfg.model.n_heads
+    if d_model % n_heads:
+        problems.append(f"model.d_model={d_model} must be divisible by model.n_heads={n_heads}")
+    else:
+        sides: dict[str, list[str]] = {}
+        for key in ("pe.encoder", "pe.decoder"):
+            sides.setdefault(OmegaConf.select(cfg, key), []).append(key)
+        for name, keys in sides.items():
+            problem = POSITIONAL_ENCODINGS[name].problem(d_model, n_heads)
+            if problem:
+                problems.append(
+                    f"pe={name} ({', '.join(keys)}) {problem}: model.d_model / model.n_heads = "
+                    f"{d_model} / {n_heads}"
+                )
     if cfg.data.max_train_len + 1 > cfg.model.max_seq_len:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "

@@ -21,11 +21,51 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     return table.to(torch.get_default_dtype())
 
 
-class SinusoidalPositions(nn.Module):
+class PositionalEncoding(nn.Module):
+    """How a model learns where each token is. An encoding may add a signal to the input
+    (sinusoidal, learned), turn queries and keys in self-attention (rope) or bias self-attention's
+    logits (alibi); each default does nothing, a subclass overrides what it does. Every encoding is
+    built as cls(max_seq_len, d_model, n_heads, **its own options) and registered by name in
+    POSITIONAL_ENCODINGS."""
+
+    def add(self, x: Tensor, offset: int) -> Tensor:
+        """(B, L, d_model) at positions offset..offset+L-1 -> (B, L, d_model)."""
+        return x
+
+    def rotate(self, x: Tensor, offset: int) -> Tensor:
+        """(B, h, L, d_head) queries or keys at positions offset..offset+L-1 -> the same shape."""
+        return x
+
+    def bias(
+        self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False
+    ) -> Tensor | None:
+        """(h, T, S) float32 logits bias for T queries at offset..offset+T-1 and S keys at 0..S-1
+        (-inf where j > i when causal), or None."""
+        return None
+
+    @property
+    def adds(self) -> bool:
+        return type(self).add is not PositionalEncoding.add
+
+    @property
+    def rotates(self) -> bool:
+        return type(self).rotate is not PositionalEncoding.rotate
+
+    @property
+    def biases(self) -> bool:
+        return type(self).bias is not PositionalEncoding.bias
+
+    @staticmethod
+    def problem(d_model: int, n_heads: int) -> str | None:
+        """Why the encoding cannot serve a model of these sizes, or None."""
+        return None
+
+
+class SinusoidalPositions(PositionalEncoding):
     """Adds the fixed sinusoidal table times `scale` (RMS 0.71 x scale); no parameters and
     nothing in the state_dict."""
 
-    def __init__(self, max_seq_len: int, d_model: int, scale: float = 1.0):
+    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1, scale: float = 1.0):
         super().__init__()
         if not scale > 0:
             raise ValueError(f"the sinusoidal table's scale must be positive, got {scale}")
@@ -35,50 +75,31 @@ class SinusoidalPositions(nn.Module):
         # Non-persistent: checkpoints neither store it nor break when max_seq_len changes.
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, x: Tensor, offset: int) -> Tensor:
-        """(B, L, d_model) -> (B, L, d_model), positions offset..offset+L-1."""
+    def add(self, x: Tensor, offset: int) -> Tensor:
         return x + self.table[offset : offset + x.size(1)]
 
 
-class LearnedPositions(nn.Module):
+class LearnedPositions(PositionalEncoding):
     """Adds a trained (max_seq_len, d_model) table initialised N(0, init_std): 0.02 is GPT's and
     BERT's (beside unscaled tokens), d_model^-0.5 fairseq's (beside sqrt(d_model)-scaled ones).
     Positions unseen in training stay at their init."""
 
-    def __init__(self, max_seq_len: int, d_model: int, init_std: float = 0.02):
+    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1, init_std: float = 0.02):
         super().__init__()
         if not init_std > 0:
             raise ValueError(f"the learned table's init_std must be positive, got {init_std}")
         self.table = nn.Embedding(max_seq_len, d_model)
         nn.init.normal_(self.table.weight, mean=0.0, std=init_std)
 
-    def forward(self, x: Tensor, offset: int) -> Tensor:
-        """(B, L, d_model) -> (B, L, d_model), positions offset..offset+L-1."""
+    def add(self, x: Tensor, offset: int) -> Tensor:
         return x + self.table.weight[offset : offset + x.size(1)]
 
 
-class NoPositions(nn.Module):
-    """Adds nothing: pe=none (no position information), pe=rope and pe=alibi (positions enter
-    self-attention)."""
+class NoPositions(PositionalEncoding):
+    """No position information at all (pe=none)."""
 
-    def __init__(self, max_seq_len: int, d_model: int):
+    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
         super().__init__()
-
-    def forward(self, x: Tensor, offset: int) -> Tensor:
-        """(B, L, d_model) -> the same tensor."""
-        return x
-
-
-# The module adding positions to the token embedding; pe=rope rotates queries and keys in
-# self-attention instead (RotaryPositions) and pe=alibi biases its logits (AlibiBias), both built
-# by the Transformer, which knows the heads.
-POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
-    "sinusoidal": SinusoidalPositions,
-    "learned": LearnedPositions,
-    "none": NoPositions,
-    "rope": NoPositions,
-    "alibi": NoPositions,
-}
 
 
 def rotary_tables(max_len: int, d_head: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
@@ -93,7 +114,7 @@ def rotary_tables(max_len: int, d_head: int, base: float = 10000.0) -> tuple[Ten
     return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
 
 
-class RotaryPositions(nn.Module):
+class RotaryPositions(PositionalEncoding):
     """Rotary position embedding (RoPE, Su et al., 2021) for queries or keys of one head size.
 
     Half-split (GPT-NeoX) layout: dimension i pairs with i + d_head/2, and pair i turns by
@@ -101,13 +122,19 @@ class RotaryPositions(nn.Module):
     positions' offset. No parameters; the tables are non-persistent buffers, never in checkpoints.
     """
 
-    def __init__(self, max_seq_len: int, d_head: int):
+    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
         super().__init__()
-        cos, sin = rotary_tables(max_seq_len, d_head)
+        cos, sin = rotary_tables(max_seq_len, d_model // n_heads)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, x: Tensor, offset: int) -> Tensor:
+    @staticmethod
+    def problem(d_model: int, n_heads: int) -> str | None:
+        if (d_model // n_heads) % 2:
+            return "rotates pairs of dimensions, so the head size must be even"
+        return None
+
+    def rotate(self, x: Tensor, offset: int) -> Tensor:
         """x (B, h, L, d_head) at positions offset..offset+L-1 -> rotated, same shape and dtype."""
         positions = slice(offset, offset + x.size(-2))
         cos = self.cos[positions].to(x.dtype)  # (L, d_head / 2)
@@ -131,7 +158,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-class AlibiBias(nn.Module):
+class AlibiBias(PositionalEncoding):
     """ALiBi (Press et al., 2021): head h adds -m_h |i - j| to the logit of query i for key j.
 
     Symmetric in the encoder; in the decoder the keys j > i are masked as well (causal). No
@@ -139,11 +166,11 @@ class AlibiBias(nn.Module):
     float32, where distances are exact integers; attention() rounds it to q's dtype once.
     """
 
-    def __init__(self, n_heads: int):
+    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def forward(self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False) -> Tensor:
+    def bias(self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False) -> Tensor:
         """(h, T, S) float32 additive mask for T queries at positions offset..offset+T-1 and S keys
         at 0..S-1: -m_h |i - j|, and -inf where j > i when causal."""
         device = self.slopes.device
@@ -153,6 +180,15 @@ class AlibiBias(nn.Module):
         # -inf, not a large finite number: exact under any dtype cast, and no row is fully masked
         # (a causal query sees its own key).
         return bias.masked_fill(distance < 0, -math.inf) if causal else bias
+
+
+POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {
+    "sinusoidal": SinusoidalPositions,
+    "learned": LearnedPositions,
+    "none": NoPositions,
+    "rope": RotaryPositions,
+    "alibi": AlibiBias,
+}
 
 
 def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> nn.Embedding:
@@ -174,8 +210,9 @@ class Seq2SeqEmbedding(nn.Module):
     `positions["tgt"]`. With share_embeddings the target table is the source table itself, which
     also makes it the model's output projection when the model ties that: three-way tying over one
     joint vocabulary. init_std is the token tables' init std (None: d_model^-0.5).
-    pos_options are keyword arguments of pos_encoding's module (the learned table's init_std, the
-    sinusoid's scale), given to each side that uses pos_encoding.
+    pos_options are keyword arguments of pos_encoding's class (the learned table's init_std, the
+    sinusoid's scale), given to each side that uses pos_encoding; n_heads is the attention's
+    head count, which rope and alibi need.
     """
 
     def __init__(
@@ -195,6 +232,7 @@ class Seq2SeqEmbedding(nn.Module):
         tgt_pos_encoding: str | None = None,
         init_std: float | None = None,
         pos_options: Mapping[str, float] | None = None,
+        n_heads: int = 1,
     ):
         super().__init__()
         src_pos_encoding = pos_encoding if src_pos_encoding is None else src_pos_encoding
@@ -230,29 +268,29 @@ class Seq2SeqEmbedding(nn.Module):
         else:
             self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx, std)
 
-        def positions(name: str) -> nn.Module:
+        def encoding(name: str) -> PositionalEncoding:
             options = (pos_options or {}) if name == pos_encoding else {}
-            return POSITIONAL_ENCODINGS[name](max_seq_len, d_model, **options)
+            return POSITIONAL_ENCODINGS[name](max_seq_len, d_model, n_heads, **options)
 
         if src_pos_encoding == tgt_pos_encoding:
             # One module, and the state_dict keys (positions.table.weight) models always had.
-            self.positions = positions(src_pos_encoding)
+            self.positions = encoding(src_pos_encoding)
         else:
             self.positions = nn.ModuleDict(
-                {"src": positions(src_pos_encoding), "tgt": positions(tgt_pos_encoding)}
+                {"src": encoding(src_pos_encoding), "tgt": encoding(tgt_pos_encoding)}
             )
         self.dropout = nn.Dropout(dropout)
 
     @property
-    def src_positions(self) -> nn.Module:
-        """The module adding source positions: (B, S, d_model), offset -> (B, S, d_model)."""
+    def src_positions(self) -> PositionalEncoding:
+        """The source side's positional encoding."""
         return (
             self.positions["src"] if isinstance(self.positions, nn.ModuleDict) else self.positions
         )
 
     @property
-    def tgt_positions(self) -> nn.Module:
-        """The module adding target positions (the source's when both sides use one encoding)."""
+    def tgt_positions(self) -> PositionalEncoding:
+        """The target side's positional encoding (the source's when both sides use one)."""
         return (
             self.positions["tgt"] if isinstance(self.positions, nn.ModuleDict) else self.positions
         )
@@ -277,14 +315,14 @@ class Seq2SeqEmbedding(nn.Module):
         }
 
     def _magnitudes(
-        self, tokens: nn.Embedding, positions: nn.Module, n_positions: int
+        self, tokens: nn.Embedding, positions: PositionalEncoding, n_positions: int
     ) -> dict[str, float | None]:
         rows = torch.ones(tokens.num_embeddings, dtype=torch.bool)
         if tokens.padding_idx is not None:
             rows[tokens.padding_idx] = False
         token_rms = (tokens.weight[rows].float() * self.scale).pow(2).mean().sqrt().item()
         zeros = tokens.weight.new_zeros(1, min(n_positions, self.max_seq_len), self.d_model)
-        position_rms = positions(zeros, 0).float().pow(2).mean().sqrt().item()
+        position_rms = positions.add(zeros, 0).float().pow(2).mean().sqrt().item()
         ratio = token_rms / position_rms if position_rms > 0 else None
         return {"token_rms": token_rms, "position_rms": position_rms, "ratio": ratio}
 
@@ -297,7 +335,7 @@ class Seq2SeqEmbedding(nn.Module):
         return self._embed(self.tgt_tokens, self.tgt_positions, ids, offset)
 
     def _embed(
-        self, tokens: nn.Embedding, positions: nn.Module, ids: Tensor, offset: int
+        self, tokens: nn.Embedding, positions: PositionalEncoding, ids: Tensor, offset: int
     ) -> Tensor:
         n_positions = offset + ids.size(1)
         if n_positions > self.max_seq_len:
@@ -306,4 +344,4 @@ class Seq2SeqEmbedding(nn.Module):
                 f"exceeds max_seq_len={self.max_seq_len}"
             )
         x = tokens(ids) * self.scale  # (B, L, d_model)
-        return self.dropout(positions(x, offset))
+        return self.dropout(positions.add(x, offset))

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minimt.model.embedding import AlibiBias, RotaryPositions, Seq2SeqEmbedding
+from minimt.model.embedding import PositionalEncoding, Seq2SeqEmbedding
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -46,12 +46,12 @@ def attention(
 class MultiHeadAttention(nn.Module):
     """Projects queries from x and keys/values from context, attends per head, projects back.
 
-    With rotary (pe=rope, self-attention only) queries and keys are rotated by their positions
-    after projection, the query at offset..offset+T-1 and the keys at offset..offset+S-1.
+    With a rotary encoding (pe=rope, self-attention only) queries and keys are rotated by their
+    positions after projection, the query at offset..offset+T-1 and the keys at offset..offset+S-1.
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float, rotary: RotaryPositions | None = None
+        self, d_model: int, n_heads: int, dropout: float, rotary: PositionalEncoding | None = None
     ):
         super().__init__()
         if d_model % n_heads != 0:
@@ -92,13 +92,24 @@ class MultiHeadAttention(nn.Module):
         out = attention(q, k, v, mask, is_causal=is_causal, dropout_p=dropout_p)  # (B, h, T, d_k)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
+    def weights(self, x: Tensor, context: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The attention weights forward(x, context, mask) uses, softmax(q k^T / sqrt(d_k)) with
+        masked keys at 0: x (B, T, d_model), context (B, S, d_model), boolean mask broadcasting
+        to (B, h, T, S) -> (B, h, T, S)."""
+        q = self._rotate(self._split_heads(self.q_proj(x)), 0)  # (B, h, T, d_k)
+        k, _ = self.keys_values(context)  # (B, h, S, d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        return scores.softmax(dim=-1)
+
     def _split_heads(self, x: Tensor) -> Tensor:
         """(B, L, d_model) -> (B, h, L, d_k)."""
         return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
 
     def _rotate(self, x: Tensor, offset: int) -> Tensor:
         """(B, h, L, d_k) at positions offset.. -> rotated by RoPE, or unchanged without it."""
-        return x if self.rotary is None else self.rotary(x, offset)
+        return x if self.rotary is None else self.rotary.rotate(x, offset)
 
 
 class FeedForward(nn.Module):
@@ -139,7 +150,7 @@ class EncoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         norm_first: bool,
-        rotary: RotaryPositions | None = None,
+        rotary: PositionalEncoding | None = None,
     ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, rotary)
@@ -258,7 +269,7 @@ class DecoderLayer(nn.Module):
         dropout: float,
         attention_dropout: float,
         norm_first: bool,
-        rotary: RotaryPositions | None = None,
+        rotary: PositionalEncoding | None = None,
     ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, rotary)
@@ -351,8 +362,6 @@ class Transformer(nn.Module):
     ):
         super().__init__()
         self.pad_id = pad_id
-        src_pos_encoding = pos_encoding if src_pos_encoding is None else src_pos_encoding
-        tgt_pos_encoding = pos_encoding if tgt_pos_encoding is None else tgt_pos_encoding
         self.embedding = Seq2SeqEmbedding(
             src_vocab_size,
             tgt_vocab_size,
@@ -368,22 +377,21 @@ class Transformer(nn.Module):
             tgt_pos_encoding=tgt_pos_encoding,
             init_std=init_std,
             pos_options=pos_options,
+            n_heads=n_heads,
         )
         # tie_output=False: an own output matrix, initialised as fairseq's untied one.
         self.output_weight = None
         if not tie_output:
             self.output_weight = nn.Parameter(torch.empty(tgt_vocab_size, d_model))
             nn.init.normal_(self.output_weight, mean=0.0, std=d_model**-0.5)
-        # One rotary module (tables only, no parameters) serves every rotated self-attention
-        # layer; one ALiBi module (slopes only) biases every ALiBi side, its mask built once per
-        # forward (encode, decode, decode_step) and shared by the layers.
-        sides = (src_pos_encoding, tgt_pos_encoding)
-        rotary = RotaryPositions(max_seq_len, d_model // n_heads) if "rope" in sides else None
-        alibi = AlibiBias(n_heads) if "alibi" in sides else None
-        self.encoder_alibi = alibi if src_pos_encoding == "alibi" else None
-        self.decoder_alibi = alibi if tgt_pos_encoding == "alibi" else None
-        encoder_rotary = rotary if src_pos_encoding == "rope" else None
-        decoder_rotary = rotary if tgt_pos_encoding == "rope" else None
+        # Each side's encoding acts where it says it does: an encoding that rotates does so in
+        # every self-attention layer of its side; one that biases gives its side's mask, built
+        # once per forward (encode, decode, decode_step) and shared by the layers.
+        src, tgt = self.embedding.src_positions, self.embedding.tgt_positions
+        self.encoder_bias = src if src.biases else None
+        self.decoder_bias = tgt if tgt.biases else None
+        encoder_rotary = src if src.rotates else None
+        decoder_rotary = tgt if tgt.rotates else None
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(
                 d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, encoder_rotary
@@ -409,8 +417,8 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> Tensor:
         """(B, S) source ids -> memory (B, S, d_model)."""
         mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
-        if self.encoder_alibi is not None:
-            bias = self.encoder_alibi(src.size(1), src.size(1))  # (h, S, S)
+        if self.encoder_bias is not None:
+            bias = self.encoder_bias.bias(src.size(1), src.size(1))  # (h, S, S)
             mask = bias.masked_fill(~mask, -math.inf)  # (B, h, S, S)
         x = self.embedding.encode_source(src)  # (B, S, d_model)
         for layer in self.encoder_layers:
@@ -424,8 +432,10 @@ class Transformer(nn.Module):
         """
         src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
         self_mask = None  # causal through SDPA's is_causal
-        if self.decoder_alibi is not None:
-            self_mask = self.decoder_alibi(tgt_in.size(1), tgt_in.size(1), causal=True)  # (h, T, T)
+        if self.decoder_bias is not None:
+            self_mask = self.decoder_bias.bias(
+                tgt_in.size(1), tgt_in.size(1), causal=True
+            )  # (h, T, T)
         y = self.embedding.encode_target(tgt_in)  # (B, T, d_model)
         for layer in self.decoder_layers:
             y = layer(y, memory, src_mask, self_mask)
@@ -460,8 +470,8 @@ class Transformer(nn.Module):
         """
         position = cache.position
         self_mask = None
-        if self.decoder_alibi is not None:
-            self_mask = self.decoder_alibi(1, position + 1, offset=position)  # (h, 1, position + 1)
+        if self.decoder_bias is not None:
+            self_mask = self.decoder_bias.bias(1, position + 1, offset=position)  # (h, 1, pos + 1)
         y = self.embedding.encode_target(tokens, offset=position)  # (N, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             y = layer.step(y, layer_cache, cache.src_mask, position, self_mask)

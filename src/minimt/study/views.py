@@ -7,7 +7,6 @@ does).
 """
 
 import inspect
-import math
 from collections.abc import Sequence
 
 import torch
@@ -15,7 +14,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
-from torch import Tensor, nn
+from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.config import SHARE_LEVELS, canonical_share
@@ -25,20 +24,24 @@ from minimt.model.transformer import MultiHeadAttention, Transformer
 
 FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when TensorBoard scales it
 
-# Every value each named hyperparameter can take: TensorBoard offers them as checkboxes.
-HPARAM_DOMAINS = {
-    "pe": list(POSITIONAL_ENCODINGS),
-    "pe.encoder": list(POSITIONAL_ENCODINGS),
-    "pe.decoder": list(POSITIONAL_ENCODINGS),
-    "scale": ["false", "true"],
-    "share": list(SHARE_LEVELS),
-}
+
+def hparam_domains() -> dict[str, list[str]]:
+    """Every value each named hyperparameter can take (the encodings registered now):
+    TensorBoard offers them as checkboxes."""
+    encodings = list(POSITIONAL_ENCODINGS)
+    return {
+        "pe": encodings,
+        "pe.encoder": encodings,
+        "pe.decoder": encodings,
+        "scale": ["false", "true"],
+        "share": list(SHARE_LEVELS),
+    }
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
     """One row of the HPARAMS tab: the embedding choices, data and optimiser settings -> scores.
 
-    Booleans and names are strings with their discrete domain (HPARAM_DOMAINS): TensorBoard
+    Booleans and names are strings with their discrete domain (hparam_domains): TensorBoard
     reads the columns and their filters from one run's declaration, so every run declares
     every possible value (a bool would show as 1.0000 with a numeric filter). Optional numbers
     are strings too ("all" for null), since a missing value would drop the column.
@@ -74,7 +77,9 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         if metrics.get(key):
             scores[f"hparam/{key}_bleu"] = next(iter(metrics[key].values()))["bleu"]
     writer.flush()
-    writer.add_hparams(hparams, scores, HPARAM_DOMAINS, run_name=".", global_step=metrics["steps"])
+    writer.add_hparams(
+        hparams, scores, hparam_domains(), run_name=".", global_step=metrics["steps"]
+    )
 
 
 def optional_number(value: int | None) -> str:
@@ -117,19 +122,16 @@ def log_embedding_projector(
 
 
 def positional_table(model: Transformer, side: str = "src") -> Tensor | None:
-    """(max_seq_len, d_model) table the positional module of side "src" or "tgt" adds, or None
-    when it adds none.
-
-    Sinusoidal keeps it in a `table` buffer, learned in `table.weight`; `none`, RoPE and ALiBi
-    (which act on attention instead of adding to the input) have no such table.
-    """
+    """(max_seq_len, d_model): what the positional encoding of side "src" or "tgt" adds at each
+    position, or None when it adds nothing (it acts on attention instead, or there is none)."""
     embedding = model.embedding
-    module = embedding.src_positions if side == "src" else embedding.tgt_positions
-    table = getattr(module, "table", None)
-    if isinstance(table, nn.Embedding):
-        table = table.weight
-    is_table = isinstance(table, Tensor) and table.dim() == 2
-    return table if is_table and table.size(1) == model.embedding.d_model else None
+    encoding = embedding.src_positions if side == "src" else embedding.tgt_positions
+    if not encoding.adds:
+        return None
+    weight = embedding.tgt_token_weight
+    zeros = weight.new_zeros(1, embedding.max_seq_len, embedding.d_model)
+    with torch.no_grad():
+        return encoding.add(zeros, 0)[0]
 
 
 def cosine_similarity_matrix(table: Tensor) -> Tensor:
@@ -179,7 +181,7 @@ def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, 
     embedding = model.embedding
     src = src.to(embedding.tgt_token_weight.device)
     tokens = embedding.src_tokens(src) * embedding.scale  # (B, S, d_model)
-    positional = embedding.src_positions(tokens, 0) - tokens  # (B, S, d_model)
+    positional = embedding.src_positions.add(tokens, 0) - tokens  # (B, S, d_model)
     real = src != model.pad_id  # (B, S)
     token_norm = tokens.norm(dim=-1)[real].mean().item()
     position_norm = positional.norm(dim=-1)[real].mean().item()
@@ -189,27 +191,12 @@ def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, 
         writer.add_scalar("embedding/token_to_position", token_norm / position_norm, step)
 
 
-def attention_probs(
-    attn: MultiHeadAttention, x: Tensor, context: Tensor, mask: Tensor | None
-) -> Tensor:
-    """The weights attn(x, context, mask) uses: softmax(q k^T / sqrt(d_k)), masked keys at 0.
-
-    x (B, T, d_model), context (B, S, d_model), mask broadcasting to (B, h, T, S) -> (B, h, T, S).
-    """
-    q = attn._rotate(attn._split_heads(attn.q_proj(x)), 0)  # (B, h, T, d_k), as forward does
-    k, _ = attn.keys_values(context)  # (B, h, S, d_k)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -math.inf)
-    return scores.softmax(dim=-1)
-
-
 @torch.no_grad()
 def cross_attention(model: Transformer, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
     """Teacher-forced cross-attention weights of every decoder layer, each (B, h, T, S).
 
     SDPA returns no weights: forward hooks catch each cross_attn's inputs during model.decode
-    and attention_probs recomputes them. Puts the model in eval mode, as validation does.
+    and MultiHeadAttention.weights recomputes them. Puts the model in eval mode, as validation does.
     """
     model.eval()
     weights = []
@@ -218,7 +205,7 @@ def cross_attention(model: Transformer, src: Tensor, tgt_in: Tensor) -> list[Ten
         bound = inspect.signature(module.forward).bind(*args, **kwargs)
         bound.apply_defaults()
         inputs = bound.arguments
-        weights.append(attention_probs(module, inputs["x"], inputs["context"], inputs["mask"]))
+        weights.append(module.weights(inputs["x"], inputs["context"], inputs["mask"]))
 
     handles = [
         layer.cross_attn.register_forward_hook(hook, with_kwargs=True)
