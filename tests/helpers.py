@@ -1,6 +1,9 @@
-"""Shared test helpers: compose the real Hydra config, build a tiny model, GPU marks."""
+"""Shared test helpers: the real Hydra config, a tiny model, a script as a module, GPU marks."""
 
+import importlib
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -23,6 +26,17 @@ def compose_config(*overrides: str) -> DictConfig:
     """The config `scripts/train.py` would see with these command-line overrides."""
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
+
+
+def load_script(path: str) -> ModuleType:
+    """The script at REPO/path imported by its file name, its folder on sys.path: how the
+    scripts of one folder import each other (`from benchmark import ...`)."""
+    file = REPO / path
+    if str(file.parent) not in sys.path:
+        sys.path.append(str(file.parent))
+    module = importlib.import_module(file.stem)
+    assert Path(module.__file__) == file, f"{file.stem} was imported from {module.__file__}"
+    return module
 
 
 def tiny_run_overrides(multi30k_dir, data_dir, *extra: str) -> list[str]:

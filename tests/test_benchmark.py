@@ -7,8 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from minimt.bench.measure import padding_fraction
-from tests.helpers import REPO
+from tests.helpers import REPO, load_script
+
+BENCHMARK = "scripts/bench/benchmark.py"
+padding_fraction = load_script(BENCHMARK).padding_fraction
 
 
 def test_padding_fraction_of_fabricated_batches():
@@ -23,7 +25,7 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
     out = tmp_path / "bench"
     command = [
         sys.executable,
-        str(REPO / "scripts" / "benchmark.py"),
+        str(REPO / BENCHMARK),
         "experiment=smoke",
         f"data.url={multi30k_dir}",
         f"data.dir={tmp_path / 'data'}",
@@ -72,7 +74,7 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
 def test_compare_with_an_unknown_peer_names_the_missing_script(tmp_path):
     command = [
         sys.executable,
-        str(REPO / "scripts" / "benchmark.py"),
+        str(REPO / BENCHMARK),
         "--compare",
         "nosuch",
         "experiment=smoke",

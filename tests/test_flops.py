@@ -4,8 +4,14 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from minimt.bench.flops import Shape, forward_flops, training_flops
-from tests.helpers import tiny_transformer
+from tests.helpers import load_script, tiny_transformer
+
+benchmark = load_script("scripts/bench/benchmark.py")
+Shape, forward_flops, training_flops = (
+    benchmark.Shape,
+    benchmark.forward_flops,
+    benchmark.training_flops,
+)
 
 
 @pytest.mark.parametrize(("src_len", "tgt_len"), [(7, 5), (3, 11)])

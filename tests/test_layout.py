@@ -27,8 +27,17 @@ def minimt_imports(folder: str) -> set[str]:
 
 def test_the_model_imports_only_the_model_and_training_never_the_study():
     assert all(m.startswith("minimt.model") for m in minimt_imports("model"))
-    assert not any(m.startswith(("minimt.study", "minimt.bench")) for m in minimt_imports("train"))
+    assert not any(m.startswith("minimt.study") for m in minimt_imports("train"))
     assert not any(m.startswith(("minimt.train", "minimt.study")) for m in minimt_imports("data"))
+
+
+def test_the_package_never_imports_a_script():
+    scripts = {"scripts"} | {path.stem for path in (REPO / "scripts").rglob("*.py")}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not {name.split(".")[0] for name in names} & scripts, path
 
 
 def test_the_embedding_loads_without_datasets_or_pyarrow():

@@ -2,7 +2,10 @@
 
 import pytest
 
-from minimt.bench.joeynmt import TrainLog, decoding_seconds
+from tests.helpers import load_script
+
+joeynmt_logs = load_script("scripts/peers/joeynmt_logs.py")
+TrainLog, decoding_seconds = joeynmt_logs.TrainLog, joeynmt_logs.decoding_seconds
 
 T = "2026-11-22 01:{}"  # minute:second,millis
 

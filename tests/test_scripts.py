@@ -95,7 +95,7 @@ def test_time_to_bleu_reads_the_run_and_a_peer_side_by_side(smoke_run, tmp_path)
     assert [h["seconds"] for h in history] == sorted(h["seconds"] for h in history)
     peer = tmp_path / "results.json"
     peer.write_text(json.dumps({"val_curve": [{"step": 100, "seconds": 90.0, "bleu": 1.5}]}))
-    done = script("time_to_bleu", f"run={run_dir}", f"peer={peer}", "marks=[1,1000]")
+    done = script("bench/time_to_bleu", f"run={run_dir}", f"peer={peer}", "marks=[1,1000]")
     assert done.returncode == 0, done.stderr.decode()
     table = json.loads((run_dir / "time_to_bleu.json").read_text())["at_minutes"]
     assert table["1"]["joeynmt"] is None and table["1000"]["joeynmt"] == 1.5
@@ -105,5 +105,5 @@ def test_time_to_bleu_reads_the_run_and_a_peer_side_by_side(smoke_run, tmp_path)
 
 def test_time_to_bleu_names_a_file_without_a_curve(tmp_path):
     (tmp_path / "metrics.json").write_text("{}")
-    done = script("time_to_bleu", f"run={tmp_path}")
+    done = script("bench/time_to_bleu", f"run={tmp_path}")
     assert done.returncode != 0 and b"val_history" in done.stderr

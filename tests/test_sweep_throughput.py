@@ -5,13 +5,22 @@ from pathlib import Path
 
 import pytest
 
-from minimt.bench.sweep_throughput import Setting, run_rates, summarize, sweep_command
+from tests.helpers import REPO, load_script
+
+sweep_throughput = load_script("scripts/bench/sweep_throughput.py")
+Setting, run_rates, summarize, sweep_command = (
+    sweep_throughput.Setting,
+    sweep_throughput.run_rates,
+    sweep_throughput.summarize,
+    sweep_throughput.sweep_command,
+)
 
 
 def test_a_setting_runs_its_jobs_at_once_with_one_seed_each():
     command = sweep_command(Setting(2), 3.0, Path("/out"), ["data.max_val_pairs=50"])
     assert "hydra/launcher=parallel" in command and "hydra.launcher.n_jobs=2" in command
     assert "trainer.seed=1,2" in command and "hydra.sweep.dir=/out/jobs2" in command
+    assert command[1] == str(REPO / "scripts" / "train.py")
     assert not any(arg.startswith("trainer.num_threads") for arg in command)
     forced = sweep_command(Setting(2, threads=2), 3.0, Path("/out"), [])
     assert forced[-1] == "trainer.num_threads=2" and "hydra.sweep.dir=/out/jobs2_threads2" in forced

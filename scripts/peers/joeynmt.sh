@@ -3,7 +3,7 @@
 # wall-clock budget as minimt's default run:
 #
 #   bash scripts/peers/joeynmt.sh                 # 30 minutes of training, then beam-5 test
-#   bash scripts/peers/joeynmt.sh --minutes 5     # a shorter budget (benchmark.py --compare)
+#   bash scripts/peers/joeynmt.sh --minutes 5     # a shorter budget (bench/benchmark.py --compare)
 #
 # Same as minimt: Multi30k de->en (checksum-verified, from data.url / MINIMT_DATA_URL), one
 # joint 8k BPE vocabulary (SentencePiece: JoeyNMT's own BPE option), 3+3 pre-LN layers, d_model
@@ -15,8 +15,9 @@
 # and decoding). Training stops after `--minutes` of training; the best checkpoint (val BLEU) is
 # then tested.
 #
-# Needs minimt's environment (.venv: `make setup`) for the data and the log parsing. Writes
-# outputs/peers/joeynmt/{venv,data,model,results.json}; the venv is reused on a second run.
+# Needs minimt's environment (.venv: `make setup`) for the data and the log parsing
+# (joeynmt_logs.py, beside this script). Writes outputs/peers/joeynmt/{venv,data,model,
+# results.json}; the venv is reused on a second run.
 set -euo pipefail
 
 MINUTES=30
@@ -29,7 +30,9 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+LOGS="$HERE/joeynmt_logs.py"
 OUT="${JOEYNMT_OUT:-$ROOT/outputs/peers/joeynmt}"
 MINIMT_PY="$ROOT/.venv/bin/python"
 DATA_URL="${MINIMT_DATA_URL:-https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw}"
@@ -48,7 +51,7 @@ if [[ ! -f "$VENV/.installed" ]]; then
 fi
 
 DATA="$OUT/data"
-"$MINIMT_PY" -m minimt.bench.joeynmt export "$DATA_URL" "$ROOT/data/multi30k" "$DATA"
+"$MINIMT_PY" "$LOGS" export "$DATA_URL" "$ROOT/data/multi30k" "$DATA"
 if [[ ! -f "$DATA/spm8k.model" ]]; then
     "$VENV/bin/python" - "$DATA" <<'EOF'
 import sys
@@ -156,7 +159,7 @@ sys.argv[0] = "joeynmt"
 runpy.run_module("joeynmt", run_name="__main__")
 ' train "$CONFIG" --skip-test >"$OUT/train.out" 2>&1 &
 TRAIN_PID=$!
-"$MINIMT_PY" -m minimt.bench.joeynmt stop-after "$MODEL/train.log" "$TRAIN_PID" "$MINUTES" "$OUT/budget.json"
+"$MINIMT_PY" "$LOGS" stop-after "$MODEL/train.log" "$TRAIN_PID" "$MINUTES" "$OUT/budget.json"
 wait "$TRAIN_PID" || { tail -20 "$OUT/train.out" >&2; exit 1; }
 
 [[ -f "$MODEL/best.ckpt" ]] || {
@@ -166,5 +169,5 @@ wait "$TRAIN_PID" || { tail -20 "$OUT/train.out" >&2; exit 1; }
 # Test model_dir/best.ckpt (by val BLEU, as minimt does) with beam 5; JoeyNMT logs its generation time.
 rm -f "$MODEL/test.log"
 "$VENV/bin/python" -m joeynmt test "$CONFIG" --output-path "$OUT/hyps" >"$OUT/test.out" 2>&1
-"$MINIMT_PY" -m minimt.bench.joeynmt results "$MODEL" "$OUT/hyps.test" "$DATA/test_2016_flickr.en" \
+"$MINIMT_PY" "$LOGS" results "$MODEL" "$OUT/hyps.test" "$DATA/test_2016_flickr.en" \
     "$OUT/results.json" --merge "$OUT/budget.json"

@@ -2,7 +2,7 @@
 
     python scripts/train.py trainer.max_minutes=30 hydra.run.dir=outputs/time30
     bash scripts/peers/joeynmt.sh --minutes 30
-    python scripts/time_to_bleu.py run=outputs/time30 peer=outputs/peers/joeynmt/results.json
+    python scripts/bench/time_to_bleu.py run=outputs/time30 peer=outputs/peers/joeynmt/results.json
 
 Reads the run's metrics.json (val_history: step, training seconds at the validation, greedy val
 BLEU) and the peer's results.json (val_curve, same fields), prints the BLEU each system had at

@@ -1,20 +1,32 @@
-"""Training throughput of a sweep whose runs share one machine: target tokens/s summed over the
-runs that train at once, for each way of launching them.
+"""Sweep throughput on this machine: 1 run alone, 2 runs splitting the cores, 2 runs each taking
+every core (what a parallel sweep did before the split), target tokens/s summed over the runs.
+
+    python scripts/bench/sweep_throughput.py out=outputs/sweep_throughput minutes=3
+    python scripts/bench/sweep_throughput.py overrides='[experiment=smoke]' minutes=1
 
 Each setting runs `jobs` training runs at once through hydra/launcher=parallel (seeds 1..jobs,
 each for `minutes` of training), one setting after the other; a run's rate is its metrics.json
-tgt_tokens / train_seconds, and a setting's throughput is the sum over its runs.
+tgt_tokens / train_seconds, and a setting's throughput is the sum over its runs. `overrides`
+(default: a 50-pair validation and greedy test decoding) go to every run. Writes
+OUT/sweep_throughput.json.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from minimt.cli import one_line_errors, parse_args
+
+TRAIN = Path(__file__).resolve().parents[1] / "train.py"
+# one small validation and greedy test decoding, so that the runs' clocks time training
+QUICK_END = ["data.max_val_pairs=50", "decoding.test_beam=1"]
+DEFAULTS = {"out": "outputs/sweep_throughput", "minutes": 3.0, "overrides": QUICK_END}
+USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
 @dataclass(frozen=True)
@@ -39,7 +51,7 @@ def sweep_command(setting: Setting, minutes: float, out: Path, overrides: list[s
     seeds = ",".join(str(seed) for seed in range(1, setting.jobs + 1))
     command = [
         sys.executable,
-        str(REPO / "scripts" / "train.py"),
+        str(TRAIN),
         "-m",
         "hydra/launcher=parallel",
         f"hydra.launcher.n_jobs={setting.jobs}",
@@ -85,3 +97,19 @@ def measure(settings: list[Setting], minutes: float, out: Path, overrides: list[
     report = {"minutes": minutes, "overrides": overrides, "settings": summarize(rates)}
     (out / "sweep_throughput.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+@one_line_errors
+def main(argv: list[str]) -> None:
+    args = parse_args(DEFAULTS, argv, USAGE)
+    cores = len(os.sched_getaffinity(0))
+    settings = [Setting(1), Setting(2), Setting(2, threads=cores)]
+    report = measure(settings, args.minutes, Path(args.out), list(args.overrides))
+    print("setting | target tokens/s per run | total | vs 1 job")
+    for name, found in report["settings"].items():
+        runs = ", ".join(f"{rate:,.0f}" for rate in found["runs_tokens_per_s"])
+        print(f"{name} | {runs} | {found['total_tokens_per_s']:,.0f} | {found['vs_first']:.2f}x")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

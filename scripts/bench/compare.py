@@ -1,6 +1,6 @@
 """Before/after table of two benchmark.json files (and, optionally, two benchmark_decoding.json).
 
-    python scripts/compare_benchmarks.py before=docs/perf/2026-11-23/benchmark_before.json \
+    python scripts/bench/compare.py before=docs/perf/2026-11-23/benchmark_before.json \
         after=docs/perf/2026-11-23/benchmark_after.json \
         decoding_before=docs/perf/2026-11-23/decoding_before.json \
         decoding_after=docs/perf/2026-11-23/decoding_after.json

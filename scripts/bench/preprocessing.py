@@ -1,6 +1,6 @@
 """Preprocessing time and peak memory on a big corpus: Multi30k train repeated to `pairs` pairs.
 
-    python scripts/benchmark_preprocessing.py [pairs=1000000] [dir=data/benchmark_preprocessing]
+    python scripts/bench/preprocessing.py [pairs=1000000] [dir=data/benchmark_preprocessing]
         [overrides=[tokenizer.vocab_size=8000]]
 
 Writes the synthetic corpus as plain text to DIR/corpus (val and test: Multi30k val and
@@ -26,16 +26,16 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from benchmark import peak_rss_mb
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from minimt.bench.measure import peak_rss_mb
 from minimt.checkpoint import save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.corpus import fetch_multi30k_file, read_parallel
 from minimt.data.splits import prepare_data
 
-REPO = Path(__file__).resolve().parents[1]
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DEFAULTS = {"pairs": 1_000_000, "dir": "data/benchmark_preprocessing", "overrides": []}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 STAGES = ("cold", "warm", "lists")
@@ -96,7 +96,7 @@ def repeat_lines(source: Path, dest: Path, count: int | None) -> None:
 
 def compose_config(overrides: list[str]) -> DictConfig:
     """The config `scripts/train.py` would see with these overrides."""
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         return compose("config", overrides=overrides)
 
 

@@ -2,8 +2,14 @@ import json
 import subprocess
 import sys
 
-from minimt.bench.budget_runs import budget_table, differing_settings, flat_settings
-from tests.helpers import REPO
+from tests.helpers import REPO, load_script
+
+budget = load_script("scripts/bench/budget_table.py")
+budget_table, differing_settings, flat_settings = (
+    budget.budget_table,
+    budget.differing_settings,
+    budget.flat_settings,
+)
 
 
 def metrics(lr: float, url: str, steps: int, test_bleu: float) -> dict:
@@ -42,7 +48,10 @@ def test_the_script_names_rows_after_files_and_directories(tmp_path):
     (tmp_path / "base_metrics.json").write_text(json.dumps(metrics(1e-3, "a", 822, 33.97)))
     runs = f"runs=[{tmp_path / 'base_metrics.json'},{tmp_path / 'run_b'}]"
     result = subprocess.run(
-        [sys.executable, "scripts/budget_table.py", runs], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "scripts/bench/budget_table.py", runs],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     names = [line.split(" | ")[0] for line in result.stdout.splitlines()[2:]]
@@ -51,7 +60,7 @@ def test_the_script_names_rows_after_files_and_directories(tmp_path):
 
 def test_the_script_names_an_unreadable_entry(tmp_path):
     result = subprocess.run(
-        [sys.executable, "scripts/budget_table.py", f"runs=[{tmp_path / 'absent'}]"],
+        [sys.executable, "scripts/bench/budget_table.py", f"runs=[{tmp_path / 'absent'}]"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,12 +1,13 @@
 """A peer toolkit trained side by side with minimt: its data files and what its logs say.
 
-`scripts/peers/joeynmt.sh` drives JoeyNMT 2.3.0 in its own virtual environment and calls this
-module (from minimt's environment) to export the verified Multi30k files as the plain text
-JoeyNMT reads, and to turn JoeyNMT's train/test logs into `results.json`:
+joeynmt.sh, beside this script, drives JoeyNMT 2.3.0 in its own virtual environment and runs this
+script with minimt's environment to export the verified Multi30k files as the plain text JoeyNMT
+reads, to stop JoeyNMT's training after a time budget, and to turn its train/test logs into
+`results.json`:
 
-    python -m minimt.bench.joeynmt export URL CACHE_DIR OUT_DIR
-    python -m minimt.bench.joeynmt stop-after TRAIN_LOG PID MINUTES OUT_JSON
-    python -m minimt.bench.joeynmt results MODEL_DIR TEST_HYPOTHESES OUT_JSON
+    python scripts/peers/joeynmt_logs.py export URL CACHE_DIR OUT_DIR
+    python scripts/peers/joeynmt_logs.py stop-after TRAIN_LOG PID MINUTES OUT_JSON
+    python scripts/peers/joeynmt_logs.py results MODEL_DIR TEST_HYPOTHESES REFERENCES OUT_JSON
 """
 
 import argparse

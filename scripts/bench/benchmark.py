@@ -1,11 +1,15 @@
 """Training and decoding speed, MFU and memory on the configured data and model: one process.
 
-(scripts/benchmark.py runs it.)
+    python scripts/bench/benchmark.py                      # the default model on Multi30k
+    python scripts/bench/benchmark.py trainer.device=cuda  # the same on a GPU
+    python scripts/bench/benchmark.py experiment=smoke     # all of it in well under a minute
+    python scripts/bench/benchmark.py benchmark.run=RUN    # decoding speed of a trained run
+    python scripts/bench/benchmark.py --compare joeynmt    # + JoeyNMT side by side (minutes)
 
 Measures (a) the matmul roof: FLOP/s of large fp32 products, and of bf16 ones where the device has
 bf16 matrix units or training runs in bf16 (emulated bf16 products take minutes); (b) training
 steps/s and target and source tokens/s on the real token-count batches, after warm-up, median of
-several windows; (c) model FLOPs per target token (minimt.bench.flops: attention included, real
+several windows; (c) model FLOPs per target token (`forward_flops`: attention included, real
 tokens only) and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding
 fraction of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and
 without the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
@@ -14,7 +18,10 @@ fast-path setting: training tokens/s of `benchmark.variants` (one setting change
 turns window by window with the config; (h) with `--compare NAME`, the peer toolkit trained by
 scripts/peers/NAME.sh for `benchmark.compare_minutes`; (i) with `benchmark.profile_steps`, the
 ops taking the most time in training steps and in beam-5 decoding (torch.profiler). Prints a
-table and writes benchmark.json into the Hydra run directory.
+table and writes benchmark.json into the Hydra run directory (settings: configs/benchmark.yaml).
+
+decoding.py and preprocessing.py, beside it, import its measurements (`from benchmark import ...`:
+Python puts a script's own folder first on sys.path).
 """
 
 from __future__ import annotations
@@ -24,34 +31,36 @@ import itertools
 import json
 import logging
 import os
+import resource
 import statistics
 import subprocess
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import hydra
+import numpy as np
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from torch.profiler import ProfilerActivity, profile
 
-from minimt.bench.flops import Shape, training_flops
-from minimt.bench.measure import (
-    decoding_rates,
-    matmul_flops_per_sec,
-    padding_fraction,
-    peak_rss_mb,
-    synchronize,
-    timed,
-)
-from minimt.bench.profile import top_ops
-from minimt.config import ConfigError, validate_config
+from minimt.checkpoint import save_json
+from minimt.cli import one_line_errors
+from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.batching import prefetched
 from minimt.data.splits import RunData, prepare_data
 from minimt.data.tokenized import id_lengths
 from minimt.data.tokenizer import PAD_ID
+from minimt.metrics import corpus_scores
 from minimt.model.transformer import Transformer
 from minimt.runtime import (
     bf16_supported,
     job_num_threads,
     pick_device,
+    reexec_with_mimalloc,
     resolve_precision,
     seed_everything,
     set_num_threads,
@@ -60,8 +69,154 @@ from minimt.train.step import build_training, checks_on_host, train_step
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
+PEERS = Path(__file__).resolve().parents[1] / "peers"
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 PROFILE_ROWS_SHOWN = 5  # of each profile in the printed table; benchmark.json has them all
+DECODING_VARIANTS = {  # name: (use_cache, beam)
+    "greedy_cached": (True, 1),
+    "greedy_uncached": (False, 1),
+    "beam5_cached": (True, 5),
+}
+
+
+# Model FLOPs, counted from the Transformer's shape (multiply-add = 2 FLOPs).
+
+
+@dataclass(frozen=True)
+class Shape:
+    d_model: int
+    d_ff: int
+    n_encoder_layers: int
+    n_decoder_layers: int
+    tgt_vocab_size: int
+
+    @classmethod
+    def of(cls, model: Transformer) -> Shape:
+        layer = model.encoder_layers[0]
+        return cls(
+            d_model=layer.ffn.w1.in_features,
+            d_ff=layer.ffn.w1.out_features,
+            n_encoder_layers=len(model.encoder_layers),
+            n_decoder_layers=len(model.decoder_layers),
+            tgt_vocab_size=model.embedding.tgt_token_weight.size(0),
+        )
+
+
+def forward_flops(shape: Shape, src_len: int, tgt_len: int) -> int:
+    """FLOPs of one forward pass over a pair of src_len and tgt_len tokens.
+
+    With S source and T target tokens (<eos> / <bos> included), width d, feed-forward width f,
+    target vocabulary V:
+
+        encoder layer   S (8 d^2 + 4 d f) + 4 S^2 d         projections, FFN; QK^T and AV
+        decoder layer   T (8 d^2 + 4 d f) + 4 T^2 d         the same for self-attention
+                        + 4 T d^2 + 4 S d^2 + 4 T S d       cross-attention: q, o; k, v; QK^T, AV
+        output          2 T d V                             the tied projection
+
+    Attention is counted in full (T^2, not T^2 / 2) as the kernels compute it. Only real tokens
+    count: padding is waste, not model work (the benchmark reports it separately).
+    """
+    d, f, s, t = shape.d_model, shape.d_ff, src_len, tgt_len
+    encoder_layer = s * (8 * d * d + 4 * d * f) + 4 * s * s * d
+    decoder_layer = (
+        t * (8 * d * d + 4 * d * f) + 4 * t * t * d + 4 * t * d * d + 4 * s * d * d + 4 * t * s * d
+    )
+    output = 2 * t * d * shape.tgt_vocab_size
+    return shape.n_encoder_layers * encoder_layer + shape.n_decoder_layers * decoder_layer + output
+
+
+def training_flops(shape: Shape, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> int:
+    """FLOPs of a training step over pairs of these lengths: backward = 2 x forward."""
+    return 3 * sum(forward_flops(shape, s, t) for s, t in zip(src_lens, tgt_lens, strict=True))
+
+
+# Measurements: the matmul roof, padding, decoding speed, memory, where the time goes.
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MB (Linux reports ru_maxrss in KiB).
+
+    It counts the pages of memory-mapped Arrow files that were read, which the kernel can drop.
+    """
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds `fn` takes, the device's queued work included."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops_per_sec(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
+    """Median FLOP/s of an n x n x n matrix product: the roof that MFU is measured against."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b  # warm-up: allocations, kernel selection
+    seconds = [timed(lambda: a @ b, device) for _ in range(repeats)]
+    return 2 * n**3 / statistics.median(seconds)
+
+
+def padding_fraction(lengths: np.ndarray, batches: Sequence[Sequence[int]]) -> float:
+    """Share of padding in the (B, longest) tensors of `batches` (index lists into `lengths`)."""
+    real = padded = 0
+    for indices in batches:
+        batch_lengths = lengths[list(indices)]
+        real += int(batch_lengths.sum())
+        padded += len(indices) * int(batch_lengths.max())
+    return 1 - real / padded
+
+
+def decoding_rates(
+    translator: Translator, sources: list[str], references: list[str], repeats: int
+) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
+    """Sentences/s (median over `repeats`, the variants interleaved), seconds and BLEU per
+    variant of DECODING_VARIANTS."""
+    seconds: dict[str, list[float]] = {name: [] for name in DECODING_VARIANTS}
+    bleu = {}
+    for _ in range(repeats):
+        for name, (use_cache, beam) in DECODING_VARIANTS.items():
+            translator.use_cache = use_cache
+            start = time.perf_counter()
+            hyps = translator.translate(sources, beam=beam)
+            seconds[name].append(time.perf_counter() - start)
+            bleu[name] = corpus_scores(hyps, references).bleu
+    rates = {name: len(sources) / statistics.median(s) for name, s in seconds.items()}
+    return rates, seconds, bleu
+
+
+def top_ops(fn: Callable[[], object], device: torch.device, rows: int) -> list[dict]:
+    """The `rows` ops with the most self time while `fn` runs (torch.profiler): name, share of all
+    ops' self time, milliseconds and calls. Self time is on the GPU for a CUDA device (kernels), on
+    the host otherwise; ops run by intra-op threads count once, under the op that launched them."""
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as profiler:
+        fn()
+        synchronize(device)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = [event for event in profiler.key_averages() if getattr(event, key) > 0]
+    total = sum(getattr(event, key) for event in events)
+    ranked = sorted(events, key=lambda event: getattr(event, key), reverse=True)[:rows]
+    return [
+        {
+            "op": event.key,
+            "self_share": getattr(event, key) / total,
+            "self_ms": getattr(event, key) / 1e3,
+            "calls": event.count,
+        }
+        for event in ranked
+    ]
+
+
+# The benchmark: training under the config (and its variants), decoding, peers.
 
 
 class TrainingRun:
@@ -344,3 +499,31 @@ def format_table(report: dict) -> str:
         ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+@hydra.main(config_path="../../configs", config_name="benchmark", version_base="1.3")
+@one_line_errors
+def main(cfg: DictConfig) -> None:
+    out = Path(HydraConfig.get().runtime.output_dir)
+    validate_config(cfg)
+    report = benchmark(cfg, out, PEERS)
+    save_json(out / "benchmark.json", report)
+    print(format_table(report))
+    print(f"wrote {out / 'benchmark.json'}")
+
+
+def take_compare_flag(argv: list[str]) -> list[str]:
+    """`--compare NAME` (README's spelling) as the Hydra override benchmark.compare=NAME."""
+    if "--compare" not in argv:
+        return argv
+    at = argv.index("--compare")
+    if at + 1 == len(argv):
+        sys.exit("--compare needs a peer name: --compare joeynmt")
+    return [*argv[:at], f"benchmark.compare={argv[at + 1]}", *argv[at + 2 :]]
+
+
+if __name__ == "__main__":
+    reexec_with_mimalloc()
+    register_resolvers()
+    sys.argv = take_compare_flag(sys.argv)
+    main()

@@ -1,6 +1,6 @@
 """Decoding speed of a trained run on one of its splits, side by side in one process.
 
-    python scripts/benchmark_decoding.py run=DIR [repeats=3] [checkpoint=best]
+    python scripts/bench/decoding.py run=DIR [repeats=3] [checkpoint=best]
 
 Measures sentences/s over a whole split (default: the run's first test set) for cached greedy,
 uncached greedy (the decoder re-run over the whole prefix every step) and cached beam 5, each
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import torch
+from benchmark import decoding_rates
 
-from minimt.bench.measure import decoding_rates
 from minimt.checkpoint import save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.splits import load_held_out, test_set_names

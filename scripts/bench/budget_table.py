@@ -1,11 +1,26 @@
-"""Runs trained on the same time budget, side by side: the settings that differ between them, the
-updates each made, its greedy validation BLEU along the way and its test scores at the end (the
-lever tables of docs/performance.md)."""
+"""Runs on the same time budget side by side, as a markdown table (docs/performance.md's levers).
+
+    python scripts/train.py trainer.max_minutes=30 hydra.run.dir=outputs/perf30
+    python scripts/train.py trainer.max_minutes=30 trainer.lr=2e-3 hydra.run.dir=outputs/lr2e-3
+    python scripts/bench/budget_table.py runs=[outputs/perf30,outputs/lr2e-3]
+
+Each entry of `runs` is a run directory or a metrics.json file; a row is named after the
+directory, or after the file with its _metrics.json ending cut. Columns: the settings that differ
+between the runs (read from each metrics.json's config), updates, greedy val BLEU at each
+validation and each test set's beam-search BLEU and chrF.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
+from minimt.cli import one_line_errors, parse_args
+
+DEFAULTS = {"runs": "???"}
+USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 # Where a run read its data from, or what it resumed: never a setting that changes the model.
 NOT_SETTINGS = ("data.url", "data.dir", "resume")
 
@@ -54,3 +69,30 @@ def score_cell(score: Mapping | None) -> str:
     if score is None:
         return "-"
     return f"{score['bleu']:.2f} / {score['chrf']:.2f} (beam {score['beam']})"
+
+
+def read_metrics(entry: str) -> tuple[str, dict]:
+    """A run directory or metrics.json path -> (row name, its metrics)."""
+    path = Path(entry)
+    if path.is_dir():
+        name, path = path.name, path / "metrics.json"
+    else:
+        name = path.name.removesuffix("metrics.json").removesuffix("_") or path.parent.name
+    try:
+        return name, json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        sys.exit(f"error: {path} is not a readable metrics.json of a finished run ({error!r})")
+
+
+@one_line_errors
+def main(argv: list[str]) -> None:
+    args = parse_args(DEFAULTS, argv, USAGE)
+    runs = dict(read_metrics(entry) for entry in args.runs)
+    try:
+        print("\n".join(budget_table(runs)))
+    except KeyError as error:
+        sys.exit(f"error: a metrics.json lacks {error} (runs that finished training have it)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,1 +1,0 @@
-"""Benchmarks: model FLOPs, speed and memory measurements, JoeyNMT side by side."""
