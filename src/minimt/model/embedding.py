@@ -28,6 +28,9 @@ class PositionalEncoding(nn.Module):
     built as cls(max_seq_len, d_model, n_heads, **its own options) and registered by name in
     POSITIONAL_ENCODINGS."""
 
+    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
+        super().__init__()
+
     def add(self, x: Tensor, offset: int) -> Tensor:
         """(B, L, d_model) at positions offset..offset+L-1 -> (B, L, d_model)."""
         return x
@@ -66,7 +69,7 @@ class SinusoidalPositions(PositionalEncoding):
     nothing in the state_dict."""
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1, scale: float = 1.0):
-        super().__init__()
+        super().__init__(max_seq_len, d_model, n_heads)
         if not scale > 0:
             raise ValueError(f"the sinusoidal table's scale must be positive, got {scale}")
         table = sinusoidal_table(max_seq_len, d_model)
@@ -85,7 +88,7 @@ class LearnedPositions(PositionalEncoding):
     Positions unseen in training stay at their init."""
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1, init_std: float = 0.02):
-        super().__init__()
+        super().__init__(max_seq_len, d_model, n_heads)
         if not init_std > 0:
             raise ValueError(f"the learned table's init_std must be positive, got {init_std}")
         self.table = nn.Embedding(max_seq_len, d_model)
@@ -97,9 +100,6 @@ class LearnedPositions(PositionalEncoding):
 
 class NoPositions(PositionalEncoding):
     """No position information at all (pe=none)."""
-
-    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
-        super().__init__()
 
 
 def rotary_tables(max_len: int, d_head: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
@@ -123,7 +123,7 @@ class RotaryPositions(PositionalEncoding):
     """
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
-        super().__init__()
+        super().__init__(max_seq_len, d_model, n_heads)
         cos, sin = rotary_tables(max_seq_len, d_model // n_heads)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -167,7 +167,7 @@ class AlibiBias(PositionalEncoding):
     """
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
-        super().__init__()
+        super().__init__(max_seq_len, d_model, n_heads)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def bias(self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False) -> Tensor:
