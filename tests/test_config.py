@@ -24,7 +24,6 @@ from tests.helpers import REPO, compose_config
         ["experiment=smoke"],
         ["trainer.precision=fp32", "trainer.device=cpu"],
         ["trainer.adam_impl=for_loop", "trainer.prefetch=0", "trainer.compile=true"],
-        ["trainer.compile=true", "trainer.shape_buckets=[16,24,32,48,64,101]"],
     ],
 )
 def test_every_option_composes_and_validates(overrides):
@@ -78,11 +77,6 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("trainer.adam_impl=apex", ["trainer.adam_impl", "fused", "foreach", "for_loop"]),
         ("trainer.prefetch=-1", ["trainer.prefetch", "integer >= 0"]),
         ("trainer.compile=yes", ["trainer.compile", "true or false"]),
-        ("trainer.shape_buckets=[32,16,101]", ["trainer.shape_buckets", "increasing"]),
-        ("trainer.shape_buckets=[]", ["trainer.shape_buckets", "1 to 8"]),
-        ("trainer.shape_buckets=[1,2,3,4,5,6,7,8,101]", ["trainer.shape_buckets", "1 to 8"]),
-        ("trainer.shape_buckets=[16,64]", ["shape_buckets", "data.max_train_len + 1 = 101"]),
-        ("trainer.shape_buckets=[16,300]", ["shape_buckets", "model.max_seq_len=256"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_choices(override, named):

@@ -7,15 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from minimt.data.batching import (
-    bucket_of,
-    bucket_shapes,
-    fixed_shape,
-    flat,
-    padded,
-    prefetched,
-    token_batches,
-)
+from minimt.data.batching import flat, padded, prefetched, token_batches
 from minimt.data.tokenized import BatchedPairs, filter_training_pairs
 from minimt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.helpers import collate
@@ -162,49 +154,3 @@ def test_batches_from_a_filtered_arrow_file_match_the_list_reference(tmp_path):
 
 def test_lengths_of_an_empty_dataset():
     assert len(BatchedPairs(id_pairs([], []), batch_tokens=64).lengths) == 0
-
-
-def test_a_fixed_shape_batch_keeps_the_rows_and_adds_fillers_with_nothing_to_predict():
-    plain = collate([[5, 6, 7], [8]], [[9], [10, 11]])
-    fixed = fixed_shape(plain, rows=3, length=5)
-    for name in ("src", "tgt_in", "tgt_out"):
-        grown, rows = getattr(fixed, name), getattr(plain, name)
-        assert grown.shape == (3, 5)
-        assert torch.equal(grown[:2, : rows.size(1)], rows)
-        assert (grown[:2, rows.size(1) :] == PAD_ID).all()
-    assert fixed.src[2].tolist() == [EOS_ID] + [PAD_ID] * 4
-    assert fixed.tgt_in[2].tolist() == [BOS_ID] + [PAD_ID] * 4
-    assert (fixed.tgt_out[2] == PAD_ID).all()
-    assert fixed.real.tolist() == list(range(15)) and fixed.num_tgt_tokens == 5
-
-
-def test_a_length_falls_in_the_shortest_bucket_that_holds_it():
-    assert [bucket_of(n, [4, 8, 16]) for n in (1, 4, 5, 8, 9, 16)] == [4, 4, 8, 8, 16, 16]
-    with pytest.raises(ValueError, match="longer than the longest shape bucket, 16"):
-        bucket_of(17, [4, 8, 16])
-
-
-def test_bucket_rows_hold_the_fullest_batch_of_the_bucket():
-    # bucket 8 holds lengths 5 and 7: a batch of length-5 examples has 64 // 5 = 12 rows
-    assert bucket_shapes([3, 5, 7, 20], 64, [4, 8, 32]) == {4: 21, 8: 12, 32: 3}
-
-
-def test_fixed_shape_batches_are_the_same_batches_in_at_most_one_shape_per_bucket():
-    rng = random.Random(0)
-    src = [[rng.randint(4, 99) for _ in range(rng.randint(1, 30))] for _ in range(2000)]
-    tgt = [[rng.randint(4, 99) for _ in range(rng.randint(1, 30))] for _ in range(2000)]
-    buckets = [8, 16, 24, 31]
-    plain = BatchedPairs(id_pairs(src, tgt), batch_tokens=256, seed=3)
-    fixed = BatchedPairs(id_pairs(src, tgt), batch_tokens=256, seed=3, shape_buckets=buckets)
-    shapes = set()
-    for epoch in (0, 1):
-        batches = fixed.batches(epoch)
-        assert batches == plain.batches(epoch)
-        for indices in batches:
-            got, expected = fixed.collate(indices), plain.collate(indices)
-            shapes.add((got.src.shape, got.tgt_in.shape, got.tgt_out.shape, got.real.shape))
-            rows, width = expected.tgt_out.shape
-            assert torch.equal(got.tgt_out[:rows, :width], expected.tgt_out)
-            assert got.num_tgt_tokens == expected.num_tgt_tokens
-            assert int((got.tgt_out != PAD_ID).sum()) == expected.num_tgt_tokens
-    assert len(shapes) <= len(buckets)

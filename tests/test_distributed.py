@@ -9,8 +9,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from minimt.checkpoint import load_checkpoint
-from minimt.train.epochs import epoch_steps
 from minimt.train.loop import train
+from minimt.train.state import epoch_steps
 from minimt.train.step import SummedLoss, train_step
 from tests.helpers import REPO, collate, compose_config, tiny_run_overrides, tiny_transformer
 

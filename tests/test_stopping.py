@@ -3,7 +3,7 @@
 import pytest
 
 from minimt.config import ConfigError, validate_config
-from minimt.train.stopping import patience_reached
+from minimt.train.state import patience_reached
 from tests.helpers import compose_config
 
 

@@ -52,11 +52,6 @@ RESUME_KEYS = (
 )
 
 
-# trainer.shape_buckets: each bucket is a shape that torch.compile compiles once; past its
-# recompile limit (8) it would fall back to eager steps.
-MAX_SHAPE_BUCKETS = 8
-
-
 class ConfigError(MinimtError, ValueError):
     """A config value that cannot work; the message names the key and the allowed values."""
 
@@ -86,26 +81,33 @@ def at_least(minimum: int) -> Rule:
     return rule
 
 
+def number(accepts: Callable[[float], bool], what: str) -> Rule:
+    """An int or float (never a bool) that `accepts` takes."""
+
+    def rule(v: object) -> str | None:
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and accepts(v)
+        return None if ok else f"must be {what}"
+
+    return rule
+
+
+def optional(rule: Rule) -> Rule:
+    """`rule`, or null."""
+    return lambda v: None if v is None else rule(v)
+
+
 positive_int = at_least(1)
 non_negative_int = at_least(0)
-
-
-def optional_positive_int(v: object) -> str | None:
-    return None if v is None else positive_int(v)
+optional_positive_int = optional(positive_int)
+positive_number = number(lambda v: v > 0, "a positive number")
+optional_positive_number = optional(positive_number)
+non_negative_number = number(lambda v: v >= 0, "a number >= 0")
+probability = number(lambda v: 0 <= v < 1, "a number in [0, 1)")
 
 
 def positive_int_list(v: object) -> str | None:
     ok = isinstance(v, ListConfig | list) and all(positive_int(x) is None for x in v)
     return None if ok else "must be a list of integers >= 1 (may be empty)"
-
-
-def positive_number(v: object) -> str | None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and v > 0
-    return None if ok else "must be a positive number"
-
-
-def optional_positive_number(v: object) -> str | None:
-    return None if v is None else positive_number(v)
 
 
 # embedding.share: tying level -> (share_embeddings, tie_output). true / false, the spelling
@@ -117,16 +119,6 @@ OLD_SHARE_VALUES = {True: "all", False: "decoder"}
 def share_level(v: object) -> str | None:
     ok = v in SHARE_LEVELS if isinstance(v, str) else isinstance(v, bool)
     return None if ok else "must be one of none, decoder, all (true = all, false = decoder)"
-
-
-def non_negative_number(v: object) -> str | None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
-    return None if ok else "must be a number >= 0"
-
-
-def probability(v: object) -> str | None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1
-    return None if ok else "must be a number in [0, 1)"
 
 
 def subsample_size(v: object) -> str | None:
@@ -187,18 +179,10 @@ RULES: dict[str, Rule] = {
     "trainer.keep_checkpoints": positive_int,
     "trainer.patience": optional_positive_int,
     "trainer.min_delta": non_negative_number,
-    "trainer.average_last": lambda v: None if v is None else at_least(2)(v),
+    "trainer.average_last": optional(at_least(2)),
     "trainer.num_threads": optional_positive_int,
-    "trainer.loss_chunk_rows": optional_positive_int,
     "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
     "trainer.compile": boolean,
-    "trainer.shape_buckets": lambda v: (
-        None
-        if v is None
-        else positive_int_list(v)
-        or (None if 0 < len(v) <= MAX_SHAPE_BUCKETS else f"must hold 1 to {MAX_SHAPE_BUCKETS}")
-        or (None if list(v) == sorted(set(v)) else "must be increasing")
-    ),
     "trainer.prefetch": non_negative_int,
     "decoding.max_len_a": non_negative_number,
     "decoding.max_len_b": positive_int,
@@ -255,13 +239,6 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
             f"{cfg.data.max_train_len + 1} (room for <bos>/<eos>), got {cfg.model.max_seq_len}"
-        )
-    buckets = cfg.trainer.shape_buckets
-    if buckets and not cfg.data.max_train_len + 1 <= buckets[-1] <= cfg.model.max_seq_len:
-        problems.append(
-            f"trainer.shape_buckets' last length, {buckets[-1]}, must hold the longest training "
-            f"pair, data.max_train_len + 1 = {cfg.data.max_train_len + 1}, and fit "
-            f"model.max_seq_len={cfg.model.max_seq_len}"
         )
     average_last, keep = cfg.trainer.average_last, cfg.trainer.keep_checkpoints
     if average_last is not None and average_last > keep:

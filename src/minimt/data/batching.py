@@ -5,7 +5,6 @@ Numpy and torch only, so decoding (the Translator) needs neither `datasets` nor 
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import queue
 import random
@@ -26,10 +25,9 @@ T = TypeVar("T")
 @dataclass
 class Batch:
     """src (B, S) ends in <eos>; tgt_in (B, T) starts with <bos>; tgt_out (B, T) ends in <eos>;
-    real (N,) the flat positions (row * T + column) of tgt_out that the loss reads, found when
-    the batch is collated, so that selecting them on a GPU needs no size from the device: the
-    non-pad tokens, or in a fixed-shape batch every position (the loss then skips pad targets,
-    and N is fixed too); num_tgt_tokens: tgt_out's non-pad tokens."""
+    real (N,) the flat positions (row * T + column) of tgt_out's non-pad tokens, which the loss
+    reads, found when the batch is collated, so that selecting them on a GPU needs no size from
+    the device; num_tgt_tokens: N."""
 
     src: Tensor
     tgt_in: Tensor
@@ -124,47 +122,6 @@ def flat_batch(src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.nda
         tgt_out=tgt_out,
         real=real,
         num_tgt_tokens=len(real),
-    )
-
-
-def bucket_of(length: int, buckets: Sequence[int]) -> int:
-    """The shortest of the increasing `buckets` that holds `length`."""
-    i = bisect.bisect_left(buckets, length)
-    if i == len(buckets):
-        raise ValueError(f"length {length} is longer than the longest shape bucket, {buckets[-1]}")
-    return buckets[i]
-
-
-def bucket_shapes(
-    lengths: Sequence[int], batch_tokens: int, buckets: Sequence[int]
-) -> dict[int, int]:
-    """{bucket length: rows}: the most rows a token_batches batch whose longest example falls in
-    that bucket can have (batch_tokens // its shortest such example), for the buckets in use."""
-    shortest: dict[int, int] = {}
-    for length in lengths:
-        bucket = bucket_of(length, buckets)
-        shortest[bucket] = min(shortest.get(bucket, length), length)
-    return {bucket: max(batch_tokens // length, 1) for bucket, length in shortest.items()}
-
-
-def fixed_shape(batch: Batch, rows: int, length: int) -> Batch:
-    """`batch` padded to (rows, length) on both sides, so that batches take a few shapes (a
-    compiled step can then be replayed as a CUDA graph). A filler row is a source of <eos> alone
-    and a target of <bos> with nothing to predict: no loss and no gradient come from it, and no
-    attention row is empty. `real` holds every position: its size is fixed too."""
-
-    def grow(t: Tensor, first: int) -> Tensor:  # (B, W) -> (rows, length)
-        out = torch.full((rows, length), PAD_ID, dtype=t.dtype)
-        out[: t.size(0), : t.size(1)] = t
-        out[t.size(0) :, 0] = first
-        return out
-
-    return Batch(
-        src=grow(batch.src, EOS_ID),
-        tgt_in=grow(batch.tgt_in, BOS_ID),
-        tgt_out=grow(batch.tgt_out, PAD_ID),
-        real=torch.arange(rows * length),
-        num_tgt_tokens=batch.num_tgt_tokens,
     )
 
 

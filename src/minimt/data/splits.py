@@ -184,12 +184,7 @@ def prepare_data(cfg: DictConfig) -> RunData:
     return RunData(
         splits=splits,
         tokenizers=tokenizers,
-        train_batches=BatchedPairs(
-            train_pairs,
-            batch_tokens,
-            seed=cfg.trainer.seed,
-            shape_buckets=cfg.trainer.shape_buckets,
-        ),
+        train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
         val_batches=BatchedPairs(tokenize_pairs(tokenizers, text_pairs(*splits.val)), batch_tokens),
         summary=training_summary(train_pairs),
     )

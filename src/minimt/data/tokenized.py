@@ -20,14 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from minimt.atomic import atomic_write
-from minimt.data.batching import (
-    Batch,
-    bucket_of,
-    bucket_shapes,
-    fixed_shape,
-    flat_batch,
-    token_batches,
-)
+from minimt.data.batching import Batch, flat_batch, token_batches
 from minimt.data.corpus import ParallelFiles
 from minimt.data.tokenizer import TokenizerPair
 
@@ -154,28 +147,15 @@ class BatchedPairs:
     """Token-count batches over a tokenized Dataset; a new shuffle for every epoch when seeded.
 
     Holds only the (N,) example lengths in memory; `collate` reads a batch's rows from the
-    (memory-mapped) Dataset. With `shape_buckets` (increasing lengths) a batch is padded to its
-    bucket's fixed shape (batching.fixed_shape): one shape per bucket in use, the same batches.
+    (memory-mapped) Dataset.
     """
 
-    def __init__(
-        self,
-        pairs: datasets.Dataset,
-        batch_tokens: int,
-        seed: int | None = None,
-        shape_buckets: Sequence[int] | None = None,
-    ):
+    def __init__(self, pairs: datasets.Dataset, batch_tokens: int, seed: int | None = None):
         self.pairs = pairs
         self._rows = pairs.with_format("arrow")
         self.lengths = example_lengths(pairs)
         self.batch_tokens = batch_tokens
         self.seed = seed
-        self.shape_buckets = None if shape_buckets is None else list(shape_buckets)
-        self.shapes = (
-            None
-            if shape_buckets is None
-            else bucket_shapes(self.lengths.tolist(), batch_tokens, self.shape_buckets)
-        )
 
     def batches(self, epoch: int = 0, by_length: bool = True) -> list[list[int]]:
         rng = None if self.seed is None else random.Random(self.seed * 100_003 + epoch)
@@ -184,11 +164,7 @@ class BatchedPairs:
     def collate(self, indices: Sequence[int]) -> Batch:
         """The padded batch of the pairs at `indices` (numpy from the Arrow columns, no lists)."""
         rows = self._rows[list(indices)]
-        batch = flat_batch(*(_flat_column(rows[side]) for side in ("src_ids", "tgt_ids")))
-        if self.shape_buckets is None:
-            return batch
-        length = bucket_of(int(self.lengths[list(indices)].max()), self.shape_buckets)
-        return fixed_shape(batch, self.shapes[length], length)
+        return flat_batch(*(_flat_column(rows[side]) for side in ("src_ids", "tgt_ids")))
 
     def iterate(self, epoch: int = 0) -> Iterator[Batch]:
         for indices in self.batches(epoch):

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from minimt.model.transformer import DecoderCache, Transformer
+from minimt.model.cache import DecoderCache
+from minimt.model.transformer import Transformer
 
 
 def max_output_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tensor:

@@ -3,13 +3,13 @@
 import math
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from minimt.model.cache import DecoderCache, LayerCache
 from minimt.model.embedding import PositionalEncoding, Seq2SeqEmbedding
 
 
@@ -165,101 +165,6 @@ class EncoderLayer(nn.Module):
         return self.ffn_residual(x, self.ffn)
 
 
-@dataclass
-class LayerCache:
-    """One decoder layer's attention keys and values.
-
-    Self-attention's, one row per hypothesis, are written in place into buffers
-    (B * k, h, capacity, d_k), one position per step; self_k and self_v are their filled part,
-    (B * k, h, length, d_k). Cross-attention's are one row per sentence, shared by its k rows.
-    """
-
-    k_buffer: Tensor  # (B * k, h, capacity, d_k)
-    v_buffer: Tensor
-    cross_k: Tensor  # (B, h, S, d_k), the encoder output's, computed once per sentence
-    cross_v: Tensor
-    length: int = 0  # positions filled
-
-    @property
-    def self_k(self) -> Tensor:
-        return self.k_buffer[:, :, : self.length]
-
-    @property
-    def self_v(self) -> Tensor:
-        return self.v_buffer[:, :, : self.length]
-
-    def append(self, k: Tensor, v: Tensor) -> None:
-        """Writes k, v (B * k, h, 1, d_k) at the next position."""
-        if self.length == self.k_buffer.size(2):
-            raise ValueError(f"decoder cache full: start_decoding's capacity is {self.length}")
-        self.k_buffer[:, :, self.length : self.length + 1] = k
-        self.v_buffer[:, :, self.length : self.length + 1] = v
-        self.length += 1
-
-    def reorder_self(self, rows: Tensor) -> None:
-        """Keeps rows (N',) of the self-attention keys/values, in that order."""
-        self.k_buffer = self._select_filled(self.k_buffer, rows)
-        self.v_buffer = self._select_filled(self.v_buffer, rows)
-
-    def _select_filled(self, buffer: Tensor, rows: Tensor) -> Tensor:
-        """(N, h, capacity, d_k) buffer -> its rows `rows` (N',) at the filled positions, written
-        back into buffer's own memory when N' <= N: fresh pages every beam step cost more than
-        this extra copy (docs/performance.md)."""
-        filled = buffer[:, :, : self.length].index_select(0, rows)  # (N', h, length, d_k)
-        if rows.numel() > buffer.size(0):
-            buffer = buffer.new_empty((rows.numel(), *buffer.shape[1:]))
-        buffer = buffer[: rows.numel()]
-        buffer[:, :, : self.length] = filled
-        return buffer
-
-
-@dataclass
-class DecoderCache:
-    """Incremental decoding state: per-layer keys/values, the source mask, the next position.
-
-    Each of the B sentences is decoded as k rows (its beams in beam search; k = 1 at first).
-    Self-attention keys/values live in buffers preallocated for `capacity` positions and are
-    written in place, instead of concatenated onto a copy of the prefix every step (so no
-    gradient flows through several steps: a cache is for inference). Built by
-    Transformer.start_decoding; Transformer.decode_step updates it in place.
-    """
-
-    layers: list[LayerCache]
-    src_mask: Tensor  # (B, 1, 1, S), True = real source token
-
-    @property
-    def position(self) -> int:
-        """Position of the next target token fed in (<bos> is position 0): the filled length."""
-        return self.layers[0].length
-
-    @property
-    def rows_per_sentence(self) -> int:
-        """k: rows (hypotheses) per sentence, 1 until beam search widens them."""
-        return self.layers[0].k_buffer.size(0) // self.src_mask.size(0)
-
-    @staticmethod
-    def sentence_rows(sentences: Tensor, k: int) -> Tensor:
-        """(B',) sentence indices -> (B' * k,) their rows, each sentence's k rows in a row."""
-        return (sentences[:, None] * k + torch.arange(k, device=sentences.device)).view(-1)
-
-    def reorder(self, indices: Tensor) -> None:
-        """Keeps sentences indices (B',), in that order, each with its k rows: dropping finished
-        sentences, or with k = 1 any reordering of the rows."""
-        rows = self.sentence_rows(indices, self.rows_per_sentence)
-        for layer in self.layers:
-            layer.reorder_self(rows)
-            layer.cross_k = layer.cross_k.index_select(0, indices)
-            layer.cross_v = layer.cross_v.index_select(0, indices)
-        self.src_mask = self.src_mask.index_select(0, indices)
-
-    def reorder_beams(self, rows: Tensor) -> None:
-        """Row i continues row rows[i] (B * k',) of its own sentence: beam reordering, or each
-        sentence's row expanded to k' beams with arange(B).repeat_interleave(k'). Only the
-        self-attention keys/values move; a sentence's rows share the rest."""
-        for layer in self.layers:
-            layer.reorder_self(rows)
-
-
 class DecoderLayer(nn.Module):
     def __init__(
         self,
@@ -390,19 +295,12 @@ class Transformer(nn.Module):
         src, tgt = self.embedding.src_positions, self.embedding.tgt_positions
         self.encoder_bias = src if src.biases else None
         self.decoder_bias = tgt if tgt.biases else None
-        encoder_rotary = src if src.rotates else None
-        decoder_rotary = tgt if tgt.rotates else None
+        layer_args = (d_model, n_heads, d_ff, dropout, attention_dropout, norm_first)
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(
-                d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, encoder_rotary
-            )
-            for _ in range(n_encoder_layers)
+            EncoderLayer(*layer_args, src if src.rotates else None) for _ in range(n_encoder_layers)
         )
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(
-                d_model, n_heads, d_ff, dropout, attention_dropout, norm_first, decoder_rotary
-            )
-            for _ in range(n_decoder_layers)
+            DecoderLayer(*layer_args, tgt if tgt.rotates else None) for _ in range(n_decoder_layers)
         )
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
@@ -426,16 +324,12 @@ class Transformer(nn.Module):
         return self.encoder_norm(x)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
-        """(B, T) target ids, memory (B, S, d_model), (B, S) src -> hidden (B, T, d_model).
-
-        src is only read for its padding mask.
-        """
+        """(B, T) target ids, memory (B, S, d_model), (B, S) src (read for its padding mask only)
+        -> hidden (B, T, d_model)."""
         src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
-        self_mask = None  # causal through SDPA's is_causal
+        self_mask = None  # (h, T, T) with a bias; else causal through SDPA's is_causal
         if self.decoder_bias is not None:
-            self_mask = self.decoder_bias.bias(
-                tgt_in.size(1), tgt_in.size(1), causal=True
-            )  # (h, T, T)
+            self_mask = self.decoder_bias.bias(tgt_in.size(1), tgt_in.size(1), causal=True)
         y = self.embedding.encode_target(tgt_in)  # (B, T, d_model)
         for layer in self.decoder_layers:
             y = layer(y, memory, src_mask, self_mask)

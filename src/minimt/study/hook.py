@@ -15,8 +15,7 @@ from minimt.data.batching import Batch
 from minimt.data.corpus import Pairs
 from minimt.study import views
 from minimt.study.lengths import join_consecutive
-from minimt.train.evaluation import score
-from minimt.train.hooks import Hook, RunContext
+from minimt.train.evaluation import Hook, RunContext, score
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)

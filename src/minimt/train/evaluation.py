@@ -1,21 +1,63 @@
-"""Scoring during and after training: validation loss and BLEU, test sets with beam search."""
+"""Scoring during and after training: validation loss and BLEU (best.pt kept), test sets with
+beam search, metrics.json, and the hooks that code plugged into a run (the study) sees then."""
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import write_text
+from minimt.checkpoint import (
+    average_last_checkpoints,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+    save_json,
+)
 from minimt.data.corpus import Pairs
+from minimt.data.splits import RunData
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model.transformer import Transformer
-from minimt.train.step import SummedLoss
+from minimt.runtime import device_name
+from minimt.train.memory import PeakMemory
+from minimt.train.progress import log_samples, log_scalars
+from minimt.train.state import Clock, TrainState, weights_dict
+from minimt.train.step import SummedLoss, Training
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """A run's config, folder, model, data and TensorBoard writer, as rank 0 holds them."""
+
+    cfg: DictConfig
+    run_dir: Path
+    model: Transformer
+    translator: Translator
+    data: RunData
+    writer: SummaryWriter
+    device: torch.device
+
+
+class Hook(Protocol):
+    """Called by rank 0 only. Neither call may change the weights (both run in eval mode)."""
+
+    def on_validation(self, run: RunContext, step: int) -> None:
+        """After each validation is logged."""
+
+    def on_finish(self, run: RunContext, metrics: dict) -> None:
+        """After metrics.json is written; keys added to `metrics` are written to it too."""
 
 
 @torch.no_grad()
@@ -75,3 +117,121 @@ def score_test_sets(
             scores.bleu_signature,
         )
     return results
+
+
+def validate_and_keep_best(
+    run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
+) -> None:
+    """Rank 0: val loss, greedy BLEU and sample translations logged, the hooks called, best.pt
+    when BLEU improves."""
+    seconds = clock.elapsed()  # the validation itself not included
+    data = run.data
+    nll, scores, hyps = validate(
+        run.translator, data.splits.val, data.val_batches, training.autocast
+    )
+    state.val_history.append(
+        {"step": state.step, "seconds": seconds, "loss": nll, "bleu": scores.bleu}
+    )
+    values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu, "chrf": scores.chrf}
+    log_scalars(run.writer, "val", values, state.step)
+    log_samples(run.writer, data.splits.val, hyps, state.step)
+    log.info(
+        "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
+        state.step,
+        nll,
+        scores.bleu,
+        scores.chrf,
+    )
+    for hook in hooks:
+        hook.on_validation(run, state.step)
+    if scores.bleu > state.best_val_bleu:
+        state.best_val_bleu, state.best_step = scores.bleu, state.step
+        best = weights_dict(run.model, state, run.cfg)
+        save_checkpoint(run.run_dir / "checkpoints" / "best.pt", best)
+
+
+def finish(
+    run: RunContext,
+    state: TrainState,
+    clock: Clock,
+    hooks: Sequence[Hook],
+    world_size: int,
+    stop_reason: str,
+    memory: PeakMemory,
+) -> dict:
+    """Rank 0: score the best checkpoint on the test sets (and, with trainer.average_last, the
+    average of the last step checkpoints), write metrics.json, call the hooks."""
+    cfg = run.cfg
+    state.train_seconds = clock.elapsed()
+    ckpt_dir = run.run_dir / "checkpoints"
+    extra = {}
+    if cfg.trainer.average_last:  # before best.pt, so that the hooks see the best weights
+        memory.phase = "checkpoint averaging"
+        averaged = average_last_checkpoints(ckpt_dir, cfg.trainer.average_last)
+        memory.phase = "test decoding"
+        extra["averaged_from"] = load_checkpoint(averaged)["averaged_from"]
+        log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
+        extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
+    log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
+    tests = score_checkpoint(run, ckpt_dir / "best.pt", "test", state.step)
+    magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
+    metrics = {
+        "steps": state.step,
+        "epochs_completed": state.epoch,
+        "stop_reason": stop_reason,
+        "precision": run.translator.precision,
+        "device": device_name(run.device),
+        "world_size": world_size,
+        "accumulate": cfg.trainer.accumulate,
+        "train_seconds": state.train_seconds,
+        "tgt_tokens": state.tgt_tokens,
+        "tokens_per_sec": state.tgt_tokens / state.train_seconds,
+        "tokens_per_step": state.tgt_tokens / max(state.step, 1),
+        "skipped_steps": state.skipped_steps,
+        "num_parameters": run.model.num_parameters(),
+        "memory": memory.summary(),
+        "data": getattr(run.data, "summary", {}),
+        "best_val_bleu": state.best_val_bleu,
+        "best_step": state.best_step,
+        "val_history": state.val_history,
+        "test": tests,
+        "input_magnitudes": magnitudes,
+        **extra,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    save_json(run.run_dir / "metrics.json", metrics)  # safe whatever a hook does next
+    for hook in hooks:
+        hook.on_finish(run, metrics)
+    save_json(run.run_dir / "metrics.json", metrics)
+    return metrics
+
+
+def input_magnitudes(model: Transformer, cfg: DictConfig) -> dict:
+    """RMS of token vectors and positional signal at the input, per side, over the positions a
+    training pair can use (data.max_train_len + 1)."""
+    return model.embedding.input_magnitudes(cfg.data.max_train_len + 1)
+
+
+def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[str, dict]:
+    """Load the weights at `path` into the model and score every test set with beam search.
+
+    `key` is "test" (hypotheses in hyps.<name>.txt) or "test_average" (hyps.<name>.average.txt);
+    TensorBoard gets <key>/bleu and <key>/chrf for the first test set (the headline) and
+    <key>/<name>/... for the others.
+    """
+    load_weights(run.model, load_checkpoint(path)["model"], path)
+    decoding = run.cfg.decoding
+    suffix = {"test": "", "test_average": ".average"}[key]
+    tests = score_test_sets(
+        run.translator,
+        run.data.splits.tests,
+        decoding.test_beam,
+        decoding.length_penalty,
+        run.run_dir,
+        suffix,
+    )
+    for i, (name, result) in enumerate(tests.items()):
+        result["checkpoint"] = path.stem
+        prefix = key if i == 0 else f"{key}/{name}"
+        log_scalars(run.writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, step)
+    return tests

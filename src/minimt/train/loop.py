@@ -6,63 +6,76 @@ metrics = train(cfg, run_dir, hooks=[...])   # continues cfg.resume when set
 from __future__ import annotations
 
 import logging
-import math
+import signal
+import threading
 from collections.abc import Sequence
 from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import remove_temp_files
-from minimt.checkpoint import (
-    average_last_checkpoints,
-    load_checkpoint,
-    load_weights,
-    resume_checkpoint,
-    save_checkpoint,
-    save_json,
-)
+from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
 from minimt.errors import MinimtError
-from minimt.model.transformer import Transformer
-from minimt.runtime import (
-    device_name,
-    job_num_threads,
-    pick_device,
-    seed_everything,
-    set_num_threads,
-)
+from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.train.distributed import Distributed
-from minimt.train.epochs import step_batches
-from minimt.train.evaluation import score_test_sets, validate
-from minimt.train.hooks import Hook, RunContext
-from minimt.train.interrupt import StopRequest
-from minimt.train.memory import PeakMemory
-from minimt.train.progress import (
-    Window,
-    log_samples,
-    log_scalars,
-    log_start,
-    log_window,
-    progress_bar,
+from minimt.train.evaluation import (
+    Hook,
+    RunContext,
+    finish,
+    input_magnitudes,
+    validate_and_keep_best,
 )
+from minimt.train.memory import PeakMemory
+from minimt.train.progress import Window, log_start, log_window, progress_bar
 from minimt.train.state import (
     Clock,
     TrainState,
+    patience_reached,
     resume_training,
     save_training_checkpoint,
-    weights_dict,
+    step_batches,
 )
-from minimt.train.step import Training, build_training, checks_on_host, train_step
-from minimt.train.stopping import patience_reached
+from minimt.train.step import build_training, checks_on_host, train_step
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
+
+
+class StopRequest:
+    """While entered, the first SIGINT/SIGTERM sets `.signal` instead of killing the process.
+
+    The training loop checks it between steps, saves a checkpoint and exits. A second SIGINT
+    (Ctrl-C pressed again) interrupts at once. Outside the main thread it does nothing.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
 
 
 class Interrupted(Exception):
@@ -196,11 +209,11 @@ def run_training(
             if state.step % trainer.val_every == 0 and dist.is_main:
                 validate_and_keep_best(run, training, state, clock, hooks)
             if state.step % trainer.save_every == 0:
-                save_step(ckpt_dir, training, state, clock, cfg, dist)
+                save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
                 last_saved = state.step
         settle(unsettled, nonfinite_in_a_row, state, window, trainer, ckpt_dir)
         if interrupted:
-            save_step(ckpt_dir, training, state, clock, cfg, dist)
+            save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
             raise Interrupted(
                 f"{reason}: stopped at step {state.step}, checkpoint saved in {ckpt_dir}; "
                 f"resume with the same settings plus resume={run_dir}"
@@ -210,7 +223,7 @@ def run_training(
         if dist.is_main and not validated:
             validate_and_keep_best(run, training, state, clock, hooks)
         if last_saved != state.step:
-            save_step(ckpt_dir, training, state, clock, cfg, dist)
+            save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
         if not dist.is_main:
             return None
         memory.phase = "test decoding"
@@ -268,133 +281,3 @@ def check_nonfinite(
             f"(the last at step {result.step}): lower trainer.lr (now {trainer.lr}) or use "
             f"trainer.precision=fp32; the last good checkpoints are in {ckpt_dir}"
         )
-
-
-def validate_and_keep_best(
-    run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
-) -> None:
-    """Rank 0: val loss, greedy BLEU and sample translations logged, the hooks called, best.pt
-    when BLEU improves."""
-    seconds = clock.elapsed()  # the validation itself not included
-    data = run.data
-    nll, scores, hyps = validate(
-        run.translator, data.splits.val, data.val_batches, training.autocast
-    )
-    state.val_history.append(
-        {"step": state.step, "seconds": seconds, "loss": nll, "bleu": scores.bleu}
-    )
-    values = {"loss": nll, "ppl": math.exp(min(nll, 50)), "bleu": scores.bleu, "chrf": scores.chrf}
-    log_scalars(run.writer, "val", values, state.step)
-    log_samples(run.writer, data.splits.val, hyps, state.step)
-    log.info(
-        "step %d | val loss %.3f | val BLEU %.2f | chrF %.2f",
-        state.step,
-        nll,
-        scores.bleu,
-        scores.chrf,
-    )
-    for hook in hooks:
-        hook.on_validation(run, state.step)
-    if scores.bleu > state.best_val_bleu:
-        state.best_val_bleu, state.best_step = scores.bleu, state.step
-        best = weights_dict(run.model, state, run.cfg)
-        save_checkpoint(run.run_dir / "checkpoints" / "best.pt", best)
-
-
-def save_step(
-    ckpt_dir: Path,
-    training: Training,
-    state: TrainState,
-    clock: Clock,
-    cfg: DictConfig,
-    dist: Distributed,
-) -> None:
-    state.train_seconds = clock.elapsed()
-    save_training_checkpoint(ckpt_dir, training, state, cfg, dist)
-
-
-def finish(
-    run: RunContext,
-    state: TrainState,
-    clock: Clock,
-    hooks: Sequence[Hook],
-    world_size: int,
-    stop_reason: str,
-    memory: PeakMemory,
-) -> dict:
-    """Rank 0: score the best checkpoint on the test sets (and, with trainer.average_last, the
-    average of the last step checkpoints), write metrics.json, call the hooks."""
-    cfg = run.cfg
-    state.train_seconds = clock.elapsed()
-    ckpt_dir = run.run_dir / "checkpoints"
-    extra = {}
-    if cfg.trainer.average_last:  # before best.pt, so that the hooks see the best weights
-        memory.phase = "checkpoint averaging"
-        averaged = average_last_checkpoints(ckpt_dir, cfg.trainer.average_last)
-        memory.phase = "test decoding"
-        extra["averaged_from"] = load_checkpoint(averaged)["averaged_from"]
-        log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
-        extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
-    log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
-    tests = score_checkpoint(run, ckpt_dir / "best.pt", "test", state.step)
-    magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
-    metrics = {
-        "steps": state.step,
-        "epochs_completed": state.epoch,
-        "stop_reason": stop_reason,
-        "precision": run.translator.precision,
-        "device": device_name(run.device),
-        "world_size": world_size,
-        "accumulate": cfg.trainer.accumulate,
-        "train_seconds": state.train_seconds,
-        "tgt_tokens": state.tgt_tokens,
-        "tokens_per_sec": state.tgt_tokens / state.train_seconds,
-        "tokens_per_step": state.tgt_tokens / max(state.step, 1),
-        "skipped_steps": state.skipped_steps,
-        "num_parameters": run.model.num_parameters(),
-        "memory": memory.summary(),
-        "data": getattr(run.data, "summary", {}),
-        "best_val_bleu": state.best_val_bleu,
-        "best_step": state.best_step,
-        "val_history": state.val_history,
-        "test": tests,
-        "input_magnitudes": magnitudes,
-        **extra,
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    save_json(run.run_dir / "metrics.json", metrics)  # safe whatever a hook does next
-    for hook in hooks:
-        hook.on_finish(run, metrics)
-    save_json(run.run_dir / "metrics.json", metrics)
-    return metrics
-
-
-def input_magnitudes(model: Transformer, cfg: DictConfig) -> dict:
-    """RMS of token vectors and positional signal at the input, per side, over the positions a
-    training pair can use (data.max_train_len + 1)."""
-    return model.embedding.input_magnitudes(cfg.data.max_train_len + 1)
-
-
-def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[str, dict]:
-    """Load the weights at `path` into the model and score every test set with beam search.
-
-    `key` is "test" (hypotheses in hyps.<name>.txt) or "test_average" (hyps.<name>.average.txt);
-    TensorBoard gets <key>/bleu and <key>/chrf for the first test set (the headline) and
-    <key>/<name>/... for the others.
-    """
-    load_weights(run.model, load_checkpoint(path)["model"], path)
-    decoding = run.cfg.decoding
-    suffix = {"test": "", "test_average": ".average"}[key]
-    tests = score_test_sets(
-        run.translator,
-        run.data.splits.tests,
-        decoding.test_beam,
-        decoding.length_penalty,
-        run.run_dir,
-        suffix,
-    )
-    for i, (name, result) in enumerate(tests.items()):
-        result["checkpoint"] = path.stem
-        prefix = key if i == 0 else f"{key}/{name}"
-        log_scalars(run.writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, step)
-    return tests

@@ -1,10 +1,13 @@
-"""A run's progress (TrainState, Clock) and its resumable checkpoints: save and resume."""
+"""A run's progress (TrainState, Clock), where it goes next (the batches of each step, early
+stopping) and its resumable checkpoints: save and resume."""
 
 from __future__ import annotations
 
 import logging
 import random
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,8 @@ from minimt.checkpoint import (
     save_checkpoint,
 )
 from minimt.config import resume_mismatches
+from minimt.data.batching import Batch, prefetched
+from minimt.data.tokenized import BatchedPairs
 from minimt.model.transformer import Transformer
 from minimt.train.distributed import Distributed
 from minimt.train.step import Training
@@ -62,6 +67,70 @@ class Clock:
         return self.seconds_before + time.monotonic() - self.start
 
 
+def patience_reached(
+    val_history: Sequence[dict], patience: int | None, min_delta: float
+) -> str | None:
+    """Why to stop now, or None: the last `patience` validations brought no val-BLEU gain of at
+    least `min_delta` (and above 0) over the best validation before them (trainer.patience,
+    trainer.min_delta). A pure function of the history that every checkpoint saves, so a resumed
+    run stops at the same validation as an uninterrupted one.
+
+    `val_history` holds one {"step", "bleu", ...} per validation, oldest first; patience=None
+    never stops. The reason names the step of the best validation of the whole history (the
+    step of best.pt: the first one to reach the highest BLEU).
+    """
+    if patience is None or len(val_history) <= patience:
+        return None
+    before, recent = val_history[:-patience], val_history[-patience:]
+    reference = max(v["bleu"] for v in before)
+    gain = max(v["bleu"] for v in recent) - reference
+    if gain > 0 and gain >= min_delta:
+        return None
+    best = max(val_history, key=lambda v: v["bleu"])  # the first of equal ones
+    return (
+        f"trainer.patience reached: {patience} validations without a val-BLEU gain of at least "
+        f"{min_delta} over {reference:.2f}; best val BLEU {best['bleu']:.2f} at step {best['step']}"
+    )
+
+
+def epoch_steps(
+    batches: list[list[int]], consumed: int, rank: int, world_size: int, accumulate: int
+) -> list[list[list[int]]]:
+    """This rank's micro-batches for each optimizer step left in an epoch.
+
+    A step takes world_size x accumulate consecutive batches after the `consumed` ones; rank r
+    takes the r-th `accumulate` of them. The remainder (fewer than one step's worth) is dropped,
+    so every rank takes the same number of steps.
+    """
+    group = world_size * accumulate
+    usable = len(batches) - len(batches) % group
+    starts = range(consumed, usable - group + 1, group)
+    return [batches[s + rank * accumulate : s + (rank + 1) * accumulate] for s in starts]
+
+
+def step_batches(
+    train_batches: BatchedPairs, state: TrainState, dist: Distributed, trainer: DictConfig
+) -> Iterator[list[Batch]]:
+    """This rank's collated batches for each step, from state's position to trainer.max_epochs.
+
+    Moves `state` to the next epoch when one runs out; collation runs trainer.prefetch batches
+    ahead on a background thread, stopped when the generator is closed.
+    """
+    while state.epoch < trainer.max_epochs:
+        steps = epoch_steps(
+            train_batches.batches(state.epoch),
+            state.epoch_batches,
+            dist.rank,
+            dist.world_size,
+            trainer.accumulate,
+        )
+        collated = ([train_batches.collate(i) for i in step] for step in steps)
+        with closing(prefetched(collated, trainer.prefetch)) as epoch:
+            yield from epoch
+        state.epoch += 1
+        state.epoch_batches = 0
+
+
 def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict:
     """Everything needed to rebuild and use the model (best.pt)."""
     return {
@@ -85,10 +154,17 @@ def set_rng_state(saved: dict) -> None:
 
 
 def save_training_checkpoint(
-    ckpt_dir: Path, training: Training, state: TrainState, cfg: DictConfig, dist: Distributed
+    ckpt_dir: Path,
+    training: Training,
+    state: TrainState,
+    clock: Clock,
+    cfg: DictConfig,
+    dist: Distributed,
 ) -> None:
-    """checkpoints/step_<N>.pt: everything needed to continue exactly. Every rank calls it (its
-    random state is gathered); rank 0 writes it and keeps the newest trainer.keep_checkpoints."""
+    """checkpoints/step_<N>.pt: everything needed to continue exactly, the training seconds on
+    `clock` included. Every rank calls it (its random state is gathered); rank 0 writes it and
+    keeps the newest trainer.keep_checkpoints."""
+    state.train_seconds = clock.elapsed()
     rng_states = dist.gather(rng_state())
     if not dist.is_main:
         return

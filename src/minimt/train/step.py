@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from minimt.config import build_model
 from minimt.data.batching import Batch
-from minimt.model.loss import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
+from minimt.model.loss import label_smoothed_cross_entropy
 from minimt.model.transformer import Transformer
 from minimt.runtime import precision_autocast, resolve_precision
 
@@ -34,42 +34,22 @@ def inverse_sqrt_lr(step: int, warmup_steps: int) -> float:
 
 
 class SummedLoss(nn.Module):
-    """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps).
+    """Label-smoothed cross-entropy summed over a batch's real target tokens (what DDP wraps)."""
 
-    chunk_rows: project and score that many target positions at a time, so the (N, V) logits
-    never exist whole (None: all at once). fixed_shapes: `real` may name pad positions
-    (batching.fixed_shape), whose targets count 0.
-    """
-
-    def __init__(
-        self,
-        model: Transformer,
-        label_smoothing: float,
-        autocast: torch.autocast,
-        chunk_rows: int | None = None,
-        fixed_shapes: bool = False,
-    ):
+    def __init__(self, model: Transformer, label_smoothing: float, autocast: torch.autocast):
         super().__init__()
         self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
-        self.chunk_rows = chunk_rows
-        self.ignore_index = model.pad_id if fixed_shapes else None
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, real: Tensor) -> Tensor:
         """(B, S) src, (B, T) tgt_in and tgt_out, (N,) flat positions of tgt_out's real tokens
         (Batch.real) -> scalar; logits only for those positions. Selecting them by index, not by
         a mask, keeps the step free of host syncs on a GPU (a mask's row count lives there)."""
-        eps = self.label_smoothing
         target = tgt_out.flatten().index_select(0, real)  # (N,)
         with self.autocast:
             hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
             hidden = hidden.flatten(0, 1).index_select(0, real)  # (N, d_model)
-            if self.chunk_rows:
-                weight = self.model.output_matrix
-                return projected_label_smoothed_cross_entropy(
-                    hidden, weight, target, eps, self.chunk_rows, self.ignore_index
-                )
             logits = self.model.project(hidden)  # (N, V)
-        return label_smoothed_cross_entropy(logits, target, eps, self.ignore_index)
+        return label_smoothed_cross_entropy(logits, target, self.label_smoothing)
 
 
 def training_loss(
@@ -79,18 +59,9 @@ def training_loss(
     wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
 ) -> nn.Module:
     """The summed label-smoothed loss of a training step, `wrap`ped (DDP), then through
-    torch.compile when `trainer.compile`: shapes dynamic (batches differ in length), or with
-    trainer.shape_buckets one compilation per bucket, replayed as a CUDA graph on a GPU
-    (mode reduce-overhead)."""
-    fixed = trainer.shape_buckets is not None
-    loss_fn = wrap(
-        SummedLoss(model, trainer.label_smoothing, autocast, trainer.loss_chunk_rows, fixed)
-    )
-    if not trainer.compile:
-        return loss_fn
-    if fixed:
-        return torch.compile(loss_fn, dynamic=False, mode="reduce-overhead")
-    return torch.compile(loss_fn, dynamic=True)
+    torch.compile with dynamic shapes (batches differ in length) when `trainer.compile`."""
+    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast))
+    return torch.compile(loss_fn, dynamic=True) if trainer.compile else loss_fn
 
 
 def make_optimizer(
