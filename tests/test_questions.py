@@ -4,7 +4,15 @@ experiment config and precision it trained with."""
 import pytest
 
 from minimt.study.protocol import AS_CONFIGURED, protocol_of
-from minimt.study.questions import FIRST_SEEDS, PLAN, QUESTIONS, Contrast, Interaction
+from minimt.study.questions import (
+    FIRST_SEEDS,
+    PLAN,
+    QUESTIONS,
+    Contrast,
+    Interaction,
+    exploratory,
+    planned_alpha,
+)
 from minimt.study.runs import configuration_of
 from tests.helpers import REPO, compose_config
 
@@ -99,3 +107,11 @@ def test_the_interaction_is_tested_on_new_seeds_only():
     assert isinstance(test.comparison, Interaction)
     assert test.comparison.first.reference == "full_learned"
     assert test.comparison.second.reference == "full_sinusoidal"
+
+
+def test_the_report_spends_the_plans_alpha_per_look_and_marks_protocols_planned_late():
+    assert planned_alpha("study_cpu", "Q1") == planned_alpha("study_cpu", "Q2") == 0.025
+    assert planned_alpha("study_cpu", "Q3") is None  # not in the plan: the report's alpha
+    assert planned_alpha("study", "Q2") is None  # the plan is study_cpu's only
+    assert exploratory("study") == "plan written after the data"
+    assert exploratory("study_cpu") == exploratory("study_fp32") == ""

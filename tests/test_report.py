@@ -12,7 +12,7 @@ import pytest
 import minimt.study.compare
 import minimt.study.runs
 from minimt.study.collect import collect_runs
-from minimt.study.protocol import AS_CONFIGURED, Protocol
+from minimt.study.protocol import AS_CONFIGURED, PROTOCOLS, Protocol
 from minimt.study.report import ReportError, build_report, write_report
 from minimt.study.results import ConfigResult
 from minimt.study.runs import Run
@@ -195,21 +195,29 @@ def test_rows_are_configurations_with_means_and_stds_over_seeds(sweep):
     ]
 
 
+def csv_rows(report, slug: str) -> list[dict]:
+    return [row for row in report.csv_rows if row["slug"] == slug]
+
+
 def test_verdicts_of_the_declared_questions(sweep):
-    rows = by_slug(build_report(sweep, None, resamples=200))
-    assert rows["full-sinusoidal"]["verdict"] == "baseline"
-    assert rows["full-sinusoidal"]["diff_vs_baseline"] is None
-    learned = rows["full-learned"]
-    assert learned["baseline"] == "full-sinusoidal" and learned["paired_seeds"] == "1 2 3"
-    assert learned["question"] == "Q1"
-    assert learned["diff_vs_baseline"] == pytest.approx(-10.0)
+    report = build_report(sweep, None, resamples=200)
+    [baseline] = csv_rows(report, "full-sinusoidal")
+    assert baseline["verdict"] == "baseline" and baseline["difference"] is None
+    [learned] = csv_rows(report, "full-learned")
+    assert learned["reference"] == "full-sinusoidal" and learned["paired_seeds"] == "1 2 3"
+    assert (learned["question"], learned["test_set"], learned["family_size"]) == ("Q1", "test", 2)
+    assert learned["difference"] == pytest.approx(-10.0)
     assert learned["ci95_low"] < -10.0 < learned["ci95_high"] < 0
-    assert learned["verdict"] == "worse"
-    assert rows["full-rope"]["verdict"] == "equivalent"
-    one_seed = rows["full-sinusoidal-share_none"]
+    assert learned["verdict"] == "worse" and learned["seeds_for_difference"] == 2
+    [rope] = csv_rows(report, "full-rope")
+    assert rope["verdict"] == "equivalent" and rope["reason"] is None
+    [one_seed] = csv_rows(report, "full-sinusoidal-share_none")
     assert one_seed["verdict"] == "inconclusive" and one_seed["p_value"] is None
-    assert one_seed["question"] == "Q3"
-    assert rows["length15-learned"]["verdict"] is None  # Q5 compares it on the long buckets only
+    assert one_seed["question"] == "Q3" and one_seed["reason"] == "one seed: no interval"
+    # Q5 compares it on the long buckets only: one row each, none on the headline set
+    length = csv_rows(report, "length15-learned")
+    assert [(r["question"], r["test_set"]) for r in length] == [("Q5", n) for n in LONG_SETS]
+    assert by_slug(report)["length15-learned"]["verdicts"] == []
 
 
 def test_holm_runs_within_each_question(sweep):
@@ -304,14 +312,27 @@ def test_the_report_regenerates_byte_for_byte(sweep, capsys):
     assert "full-learned" in out and "wrote" in out
 
 
-def test_report_files_are_one_csv_row_per_configuration_and_plots(sweep):
+def test_report_csv_has_a_row_per_comparison_and_per_uncompared_configuration(sweep):
     main([f"sweep={sweep}", "test_set=test", "bootstrap=200"])
     with open(sweep / "report.csv") as file:
         rows = list(csv.DictReader(file))
-    assert [row["slug"] for row in rows] == list(TEST_BLEU)
-    assert rows[0]["p_value"] == "" and float(rows[1]["p_value"]) < 0.05
-    assert rows[1]["verdict"] == "worse"
+    report = build_report(sweep, "test", resamples=0)
+    assert len(rows) == len(report.comparisons) + 2 >= len(TEST_BLEU)
+    pairs = [(row["slug"], row["reference"], row["test_set"]) for row in rows]
+    assert pairs == [
+        ("full-sinusoidal", "", ""),  # the baseline, compared with nothing
+        ("full-learned", "full-sinusoidal", "test"),
+        ("full-rope", "full-sinusoidal", "test"),
+        ("full-sinusoidal-share_none", "full-sinusoidal", "test"),
+        *(("length15-sinusoidal", "control15-sinusoidal", n) for n in LONG_SETS),
+        *(("length15-learned", "length15-sinusoidal", n) for n in LONG_SETS),
+        ("control15-sinusoidal", "", ""),
+    ]
+    assert rows[0]["p_value"] == "" and rows[0]["verdict"] == "baseline"
+    assert float(rows[1]["p_value"]) < 0.05 and rows[1]["verdict"] == "worse"
     assert float(rows[1]["test_bleu_mean"]) == pytest.approx(21.0)
+    assert {row["question"] for row in rows[4:8]} == {"Q5"} and rows[4]["family_size"] == "4"
+    assert all(float(row["alpha"]) == 0.05 for row in rows[1:8])
     pngs = ["test_bleu.png"] + [
         f"{kind}_{regime}.png"
         for regime in ("full", "length15", "control15")
@@ -335,7 +356,8 @@ def test_without_the_baseline_there_is_no_verdict(sweep):
     for seed in (1, 2, 3):
         (sweep / "full" / f"full-sinusoidal,seed={seed}" / "metrics.json").unlink()
     report = build_report(sweep / "full", None, resamples=200)
-    assert [row["verdict"] for row in report.rows] == [None, None, None]
+    assert [row["verdict"] for row in report.csv_rows] == [None, None, None]
+    assert [row["verdicts"] for row in report.rows] == [[], [], []]
     text = build_markdown(report)
     assert "test_2016_flickr)?** Not run: no runs of full-sinusoidal." in text
     assert "No declared comparison has runs of both sides yet." in text
@@ -379,13 +401,17 @@ def test_runs_of_two_protocols_are_never_paired(sweep, tmp_path, monkeypatch):
     report = build_report(sweep, None, resamples=0)
     for c in report.comparisons:
         assert c.system.protocol == c.reference.protocol
-    rows = by_slug(report)
-    assert rows["cpu-full-learned"]["baseline"] == "cpu-full-sinusoidal"
-    assert rows["full-learned"]["baseline"] == "full-sinusoidal"
+    [cpu_learned] = csv_rows(report, "cpu-full-learned")
+    assert cpu_learned["reference"] == "cpu-full-sinusoidal"
+    assert csv_rows(report, "full-learned")[0]["reference"] == "full-sinusoidal"
     q1 = [f for f in report.families if f.question.key == "Q1"]
     assert [(f.protocol.name, f.size) for f in q1] == [("study_cpu", 1), ("", 2)]
+    # the plan spends 0.025 on Q1 of study_cpu at each look; the other protocol keeps 0.05
+    assert [f.alpha for f in q1] == [0.025, 0.05] and cpu_learned["alpha"] == 0.025
     text = build_markdown(report)
-    assert "### Q1, experiment=study_cpu, fp32 on a 2-core CPU: Holm over 1 comparisons" in text
+    heading = "### Q1, experiment=study_cpu, fp32 on a 2-core CPU: Holm over 1 comparisons"
+    assert heading + " at 0.025 (the plan's share per look)" in text
+    assert "Holm over 1 at 0.025" in text and "Q1 of experiment=study_cpu" in text
     assert text.count("**Q4. Where do positions matter") == 1  # not run: said for the first only
 
 
@@ -408,3 +434,34 @@ def test_unread_references_are_said_once_and_keep_their_columns(sweep, monkeypat
     assert report.unread_references == [(n, f"no {n} here") for n in sorted(("test", *LONG_SETS))]
     assert text.count("**References not read**") == 1
     assert "bootstrap p per seed" in text and "Not computed: the test references" in text
+
+
+def test_each_answer_says_how_many_of_its_runs_stopped_at_a_cap(sweep):
+    for seed, cap in ((1, "max_minutes"), (2, "max_minutes"), (1, "max_steps")):
+        slug = "length15-learned" if cap == "max_minutes" else "control15-sinusoidal"
+        path = sweep / slug.split("-")[0] / f"{slug},seed={seed}" / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["stop_reason"] = f"trainer.{cap} reached"
+        path.write_text(json.dumps(metrics))
+    text = build_markdown(build_report(sweep, None, resamples=0))
+    q1 = next(line for line in text.splitlines() if line.startswith("**Q1."))
+    assert q1.endswith("None of the 9 runs this family rests on stopped at a cap.")
+    q5 = next(line for line in text.splitlines() if line.startswith("**Q5."))
+    assert q5.endswith(
+        "2 of the 6 runs this family rests on stopped at trainer.max_minutes and 1 at "
+        "trainer.max_steps, not by patience."
+    )
+
+
+def test_a_protocol_planned_after_its_data_has_exploratory_verdicts(sweep, monkeypatch):
+    study = PROTOCOLS[0]
+    monkeypatch.setattr(minimt.study.runs, "protocol_of", lambda cfg, precision, device: study)
+    report = build_report(sweep, None, resamples=0)
+    assert {f.exploratory for f in report.families} == {"plan written after the data"}
+    text = build_markdown(report)
+    assert "Holm over 2 comparisons at 0.05; exploratory (plan written after the data)" in text
+    q1 = next(line for line in text.splitlines() if line.startswith("**Q1."))
+    assert "Holm over 2 at 0.05; exploratory (plan written after the data))" in q1
+    assert "**Exploratory**: experiment=study, bf16 on one NVIDIA H100" in text
+    assert "unadjusted 95% CI" in text and "family-wise" not in text
+    assert "Each claim type (differences; equivalence) is held at the family's alpha" in text

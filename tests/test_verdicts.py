@@ -1,18 +1,21 @@
 """The verdict protocol on fabricated seed scores: the family correction, the equivalence margin,
-the detectable difference and the seeds needed against their closed forms, and a clear
-difference and a clear equivalence at 5 seeds."""
+the detectable difference and the seeds needed (exact power, checked by simulation), and a
+clear difference and a clear equivalence at 5 seeds."""
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats
 
 from minimt.study.significance import paired_difference
 from minimt.study.verdicts import (
+    NONZERO,
     Rules,
     detectable_difference,
     family_verdicts,
     pooled_sd,
+    power_of_difference,
     seeds_for_difference,
     seeds_for_equivalence,
     tost_p_value,
@@ -70,7 +73,6 @@ def test_holm_runs_within_the_family_only():
 
 def test_the_margin_decides_equivalence():
     small = [0.4, 0.6, 0.5, 0.3, 0.7]  # mean 0.5, 90% interval ~[0.33, 0.67]
-    assert judged(small, rules=Rules(0.05, 1.0, 0.8)).verdict in ("better", "equivalent")
     assert judged(small, rules=Rules(0.05, 0.5, 0.8)).verdict != "equivalent"
     d = difference(small)
     se = d.sd / math.sqrt(5)
@@ -78,37 +80,81 @@ def test_the_margin_decides_equivalence():
     assert tost_p_value(d, 1.0) == pytest.approx(expected)
 
 
-def test_a_real_but_small_effect_is_named():
+def test_a_difference_shown_both_ways_is_equivalent_with_a_small_non_zero_difference():
+    small = [0.4, 0.6, 0.5, 0.3, 0.7]  # p 0.002 against 0, and well inside +-1
+    verdict = judged(small, rules=Rules(0.05, 1.0, 0.8))
+    assert verdict.holm_p < 0.05 and verdict.holm_tost_p < 0.05
+    assert verdict.verdict == "equivalent" and verdict.reason == NONZERO
+    assert NONZERO == "with a small non-zero difference"
+
+
+def test_an_unadjusted_interval_that_excludes_0_is_no_verdict():
     small = difference([-0.2, -1.2, -0.7, -0.3, -1.1])  # mean -0.7, p 0.026: interval excludes 0
     verdict = family_verdicts([small] * 3, RULES)[0]  # Holm p 0.077; TOST p 0.11
     assert small.ci95[1] < 0 and verdict.verdict == "inconclusive"
-    assert verdict.reason.startswith("a real but small effect (inside ±1)")
+    label = "unadjusted CI excludes 0; not significant after Holm (inside ±1): about "
+    assert verdict.reason.startswith(label)
+    assert "for 80% power if the true difference equals the observed one" in verdict.reason
+    assert "real" not in verdict.reason
 
 
-def test_the_detectable_difference_against_the_closed_form():
-    # n = 5, alpha 0.05, power 0.8, sd 1: (t_{0.975,4} + t_{0.8,4}) / sqrt(5), table values
-    assert detectable_difference(1.0, 5, 0.05, 0.8) == pytest.approx(
-        (2.776445 + 0.940965) / math.sqrt(5), abs=1e-5
-    )
+def simulated_power(difference: float, sd: float, seeds: int, alpha: float) -> float:
+    """The share of 20,000 seeded draws of `seeds` normal paired differences that the two-sided
+    paired t-test at `alpha` rejects."""
+    draws = np.random.default_rng(0).normal(difference, sd, size=(20_000, seeds))
+    t = draws.mean(axis=1) / (draws.std(axis=1, ddof=1) / math.sqrt(seeds))
+    return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, seeds - 1)))
+
+
+@pytest.mark.parametrize(("seeds", "alpha"), [(3, 0.05 / 7), (3, 0.05), (5, 0.05 / 2), (8, 0.01)])
+def test_the_detectable_difference_has_its_power_in_simulation(seeds, alpha):
+    detectable = detectable_difference(0.9, seeds, alpha, 0.8)
+    assert power_of_difference(detectable, 0.9, seeds, alpha) == pytest.approx(0.8, abs=1e-8)
+    # 20,000 draws: Monte-Carlo sd of a share near 0.8 is 0.003
+    assert simulated_power(detectable, 0.9, seeds, alpha) == pytest.approx(0.8, abs=0.012)
+    # the t-quantile shortcut it replaces falls short of 80% at few seeds
+    dof = seeds - 1
+    shortcut = (stats.t.ppf(1 - alpha / 2, dof) + stats.t.ppf(0.8, dof)) * 0.9 / math.sqrt(seeds)
+    if seeds == 3 and alpha < 0.01:  # as at Holm's first step in a family of 7
+        assert simulated_power(shortcut, 0.9, seeds, alpha) < 0.75 and shortcut < detectable
+
+
+def test_exact_power_against_closed_forms():
+    # no difference: the test's own size
+    assert power_of_difference(0.0, 1.0, 3, 0.05) == pytest.approx(0.05)
     # many seeds: the normal closed form (z_{0.975} + z_{0.8}) sd / sqrt(n)
     assert detectable_difference(2.0, 10_000, 0.05, 0.8) == pytest.approx(
         (1.959964 + 0.841621) * 2.0 / 100, rel=1e-3
     )
-    # a family of 10: alpha / 10 per comparison
-    assert detectable_difference(1.0, 5, 0.005, 0.8) == pytest.approx(
-        (stats.t.ppf(0.9975, 4) + stats.t.ppf(0.8, 4)) / math.sqrt(5)
-    )
+    # far in the tail scipy's noncentral t gives nan; power is then 1, not nan
+    assert math.isnan(stats.nct.cdf(-stats.t.ppf(1 - 0.05 / 14, 2), 2, 40.0))
+    assert power_of_difference(40.0 / math.sqrt(3), 1.0, 3, 0.05 / 7) == pytest.approx(1, abs=1e-4)
+    assert power_of_difference(1e4, 1.0, 50, 1e-4) == 1.0
 
 
-def test_seeds_needed_are_the_fewest_that_reach_the_formula():
+@pytest.mark.parametrize(
+    ("sd", "family", "expected"),
+    [  # the pooled seed spreads of the committed runs' families, and exact detectable at 3 seeds
+        (0.8708, 7, 7.55),  # experiment=study_cpu Q2 (the shortcut gave 6.45)
+        (0.6130, 2, 2.84),  # experiment=study_cpu Q1 (2.57)
+        (0.5386, 4, 3.53),  # experiment=study Q1 (3.08)
+        (0.6738, 2, 3.12),  # experiment=study Q3 (2.83)
+        (0.4580, 2, 2.12),  # experiment=study Q4 (1.92)
+    ],
+)
+def test_the_detectable_difference_at_three_seeds(sd, family, expected):
+    assert detectable_difference(sd, 3, 0.05 / family, 0.8) == pytest.approx(expected, abs=0.01)
+
+
+def test_seeds_needed_are_the_fewest_with_the_power():
     n = seeds_for_difference(1.0, 1.0, 0.05, 0.8)
+    assert n == 10  # the textbook paired t-test size for an effect of 1 sd
     assert (
-        detectable_difference(1.0, n, 0.05, 0.8)
-        <= 1.0
-        < detectable_difference(1.0, n - 1, 0.05, 0.8)
+        power_of_difference(1.0, 1.0, n, 0.05) >= 0.8 > power_of_difference(1.0, 1.0, n - 1, 0.05)
     )
-    assert n == 10  # (t_{0.975,9} + t_{0.8,9}) / 3 = 0.97; with 9 seeds 1.04
+    assert seeds_for_difference(1.0, -1.0, 0.05, 0.8) == n
     assert seeds_for_difference(1.0, 0.0, 0.05, 0.8) is None
+    assert seeds_for_difference(1.0, 0.01, 0.05, 0.8) is None  # more than MAX_SEEDS
     m = seeds_for_equivalence(1.0, 0.0, 1.0, 0.05, 0.8)
     reach = [
         (stats.t.ppf(0.95, k - 1) + stats.t.ppf(0.8, k - 1)) / math.sqrt(k) for k in (m - 1, m)

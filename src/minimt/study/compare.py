@@ -8,7 +8,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from minimt.data.corpus import MULTI30K_URL, DataError, Pairs
 from minimt.data.splits import load_held_out
 from minimt.study.protocol import Protocol
-from minimt.study.questions import QUESTIONS, Contrast, Question
+from minimt.study.questions import QUESTIONS, Contrast, Question, exploratory, planned_alpha
 from minimt.study.runs import LONG_PREFIX, Configuration, Run
 from minimt.study.significance import PairedDifference, paired_bootstrap, paired_difference
 from minimt.study.verdicts import Rules, Verdict, family_verdicts
@@ -92,6 +92,7 @@ class Comparison:
     seeds: list[int]  # the paired seeds
     difference: PairedDifference  # test BLEU, system minus reference
     bootstrap: dict[int, float]  # seed -> paired bootstrap p of that seed's two runs
+    runs: list[Run]  # the paired runs of both sides: what the comparison rests on
     verdict: Verdict | None = None  # set with its family's
 
 
@@ -104,11 +105,19 @@ class Family:
     comparisons: list[Comparison]
     not_run: list[Contrast]  # declared contrasts with no runs of one side (or no common seed)
     lacking: list[str]  # configurations without runs that a contrast with runs of the other needs
+    alpha: float  # the family's error rate per claim type: the report's, or a plan's share of it
+    exploratory: str  # why its verdicts are exploratory ("" when the plan came first)
 
     @property
     def size(self) -> int:
         """The comparisons with a p-value (2+ paired seeds): Holm's m."""
         return sum(c.difference.p_value is not None for c in self.comparisons)
+
+    @property
+    def runs(self) -> list[Run]:
+        """The runs its comparisons rest on, each once, in order of first use."""
+        found = {id(run): run for c in self.comparisons for run in c.runs}
+        return list(found.values())
 
 
 def shared_test_sets(runs: Sequence[Run]) -> list[str]:
@@ -134,12 +143,16 @@ def answer_questions(
 ) -> tuple[list[Family], str | None]:
     """Every declared question in every protocol that has runs, with the verdicts of its
     comparisons within their family (none where no comparison has runs of both sides); and the
-    bootstrap's signature."""
+    bootstrap's signature. A family's alpha is the report's (rules.alpha), or where the study's
+    plan fixes a smaller one for the question in that protocol (a share of the family-wise rate
+    spent at one look), the plan's."""
     by_slug = {(c.protocol, c.local_slug): c for c in groups}
     families, signature = [], None
     for protocol in dict.fromkeys(c.protocol for c in groups):
         for question in QUESTIONS:
-            family = Family(protocol, question, [], [], [])
+            planned = planned_alpha(protocol.name, question.key)
+            alpha = rules.alpha if planned is None else min(rules.alpha, planned)
+            family = Family(protocol, question, [], [], [], alpha, exploratory(protocol.name))
             for contrast in question.contrasts:
                 system = by_slug.get((protocol, contrast.system))
                 reference = by_slug.get((protocol, contrast.reference))
@@ -159,7 +172,8 @@ def answer_questions(
                 if (system is None) != (reference is None):
                     needed = contrast.system if system is None else contrast.reference
                     family.lacking += [needed] if needed not in family.lacking else []
-            verdicts = family_verdicts([c.difference for c in family.comparisons], rules)
+            differences = [c.difference for c in family.comparisons]
+            verdicts = family_verdicts(differences, replace(rules, alpha=family.alpha))
             for comparison, verdict in zip(family.comparisons, verdicts, strict=True):
                 comparison.verdict = verdict
             families.append(family)
@@ -186,8 +200,15 @@ def compare(
     )
     bootstrap, signature = bootstrap_per_seed(pairs, test_set, translations, resamples)
     seeds = [run.seed for _, run in pairs]
+    runs = [run for pair in pairs for run in pair]
     comparison = Comparison(
-        reference[0].configuration, system[0].configuration, test_set, seeds, difference, bootstrap
+        reference[0].configuration,
+        system[0].configuration,
+        test_set,
+        seeds,
+        difference,
+        bootstrap,
+        runs,
     )
     return comparison, signature
 

@@ -191,3 +191,22 @@ PLAN = (
         ),
     ),
 )
+
+
+def planned_alpha(protocol: str, question: str) -> float | None:
+    """The alpha the plan spends on `question` at each of its looks in `protocol` (Q1 and Q2 of
+    study_cpu: 0.025, half of the family-wise 0.05), None where the plan does not cover it."""
+    alphas = {look.alpha for look in PLAN if look.question == question}
+    return min(alphas) if protocol == PLAN_PROTOCOL and alphas else None
+
+
+# The protocols whose families and margin were written after their runs had been analysed (the
+# 48 runs of experiment=study were first analysed under an earlier plan: Holm over all 36
+# comparisons, equivalence at +-0.5): their verdicts are exploratory until new seeds, under a
+# plan written first, confirm them.
+WRITTEN_AFTER_THE_DATA = ("study",)
+
+
+def exploratory(protocol: str) -> str:
+    """Why a protocol's verdicts are exploratory; "" when its plan came before its runs."""
+    return "plan written after the data" if protocol in WRITTEN_AFTER_THE_DATA else ""

@@ -116,7 +116,9 @@ def write_report(report: Report) -> list[Path]:
     with (out / "report.csv").open("w", newline="", encoding="utf-8") as file:
         writer = csv.DictWriter(file, CSV_COLUMNS)
         writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in report.rows)
+        writer.writerows(
+            {k: "" if v is None else v for k, v in row.items()} for row in report.csv_rows
+        )
     (out / "report.md").write_text(markdown(report), encoding="utf-8")
     return [out / "report.md", out / "report.csv", *save_plots(report)]
 

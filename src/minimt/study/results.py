@@ -1,6 +1,6 @@
 """What a report holds: each configuration's runs and what is derived from them (one summary
-row per configuration, the CSV's columns), the question families, and small statistics over
-seeds that every section of the report uses."""
+row per configuration; the CSV's rows, one per comparison), the question families, and small
+statistics over seeds that every section of the report uses."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from minimt.study.protocol import Protocol
 from minimt.study.runs import LONG_PREFIX, Configuration, DataRegime, Run
 from minimt.study.verdicts import Rules
 
-CSV_COLUMNS = [
+CONFIGURATION_COLUMNS = [
     "configuration",
     "slug",
     "protocol",
@@ -39,19 +39,31 @@ CSV_COLUMNS = [
     "steps_mean",
     "best_step_mean",
     "minutes_mean",
+]
+# One CSV row per comparison (the configuration is its system), and one for each configuration
+# that is no comparison's system; ci95 is the unadjusted interval, alpha the family's.
+COMPARISON_COLUMNS = [
     "question",
-    "baseline",
+    "family_size",
+    "alpha",
+    "exploratory",
+    "reference",
+    "test_set",
     "paired_seeds",
-    "diff_vs_baseline",
+    "difference",
     "ci95_low",
     "ci95_high",
     "p_value",
     "holm_p",
     "tost_holm_p",
     "detectable",
+    "seeds_for_difference",
+    "seeds_for_equivalence",
     "bootstrap_p",
     "verdict",
+    "reason",
 ]
+CSV_COLUMNS = CONFIGURATION_COLUMNS + COMPARISON_COLUMNS
 
 
 @dataclass
@@ -88,17 +100,42 @@ class Report:
 
     @cached_property
     def rows(self) -> list[dict]:
-        """One summary_row per configuration, in the order of `results`: with its first
-        comparison on the headline test set as the system."""
-        first: dict[Configuration, tuple[str, Comparison]] = {}
+        """One summary_row per configuration, in the order of `results`, with "verdicts": the
+        (question, comparison) of each comparison on the headline test set it is the system of,
+        and "is_baseline"."""
+        verdicts: dict[Configuration, list[tuple[str, Comparison]]] = {}
         for family in self.families:
             for c in family.comparisons:
                 if c.test_set == self.test_set:
-                    first.setdefault(c.system, (family.question.key, c))
+                    verdicts.setdefault(c.system, []).append((family.question.key, c))
         return [
-            summary_row(result, self.test_set, *first.get(result.configuration, (None, None)))
+            summary_row(result, self.test_set)
+            | {
+                "verdicts": verdicts.get(result.configuration, []),
+                "is_baseline": result.configuration.is_baseline,
+            }
             for result in self.results
         ]
+
+    @cached_property
+    def csv_rows(self) -> list[dict]:
+        """report.csv (CSV_COLUMNS): per configuration, in the order of `results`, one row per
+        comparison it is the system of (every question and test set, in the families' order),
+        or one row without a comparison ("baseline" for a regime's baseline)."""
+        found: dict[Configuration, list[tuple[Family, Comparison]]] = {}
+        for family in self.families:
+            for c in family.comparisons:
+                found.setdefault(c.system, []).append((family, c))
+        rows = []
+        for result in self.results:
+            summary = summary_row(result, self.test_set)
+            compared = found.get(result.configuration, [])
+            rows += [summary | comparison_columns(f, c) for f, c in compared]
+            if not compared:
+                empty = dict.fromkeys(COMPARISON_COLUMNS)
+                baseline = result.configuration.is_baseline
+                rows.append(summary | empty | {"verdict": "baseline" if baseline else None})
+        return rows
 
     @property
     def protocols(self) -> list[Protocol]:
@@ -137,10 +174,8 @@ def long_test_sets(result: ConfigResult) -> list[str]:
     return [name for name in result.test_sets if name.startswith(LONG_PREFIX)]
 
 
-def summary_row(
-    result: ConfigResult, test_set: str, question: str | None, comparison: Comparison | None
-) -> dict:
-    """The CSV row of one configuration (CSV_COLUMNS)."""
+def summary_row(result: ConfigResult, test_set: str) -> dict:
+    """One configuration's columns (CONFIGURATION_COLUMNS)."""
     c, runs = result.configuration, result.runs
     e = c.embedding
     row = {
@@ -168,29 +203,31 @@ def summary_row(
     row["steps_mean"] = statistics.fmean(run.metrics["steps"] for run in runs)
     row["best_step_mean"] = statistics.fmean(run.metrics["best_step"] for run in runs)
     row["minutes_mean"] = statistics.fmean(run.metrics["train_seconds"] / 60 for run in runs)
-    row.update(comparison_columns(question, comparison))
-    if c.is_baseline and comparison is None:
-        row["verdict"] = "baseline"
     return row
 
 
-def comparison_columns(question: str | None, comparison: Comparison | None) -> dict:
-    """The CSV's comparison columns (all None without a comparison)."""
-    if comparison is None:
-        return dict.fromkeys(CSV_COLUMNS[CSV_COLUMNS.index("question") :])
+def comparison_columns(family: Family, comparison: Comparison) -> dict:
+    """The CSV's comparison columns (COMPARISON_COLUMNS) of one comparison in its family."""
     d, v = comparison.difference, comparison.verdict
     low, high = d.ci95 or (None, None)
     return {
-        "question": question,
-        "baseline": comparison.reference.slug,
+        "question": family.question.key,
+        "family_size": family.size,
+        "alpha": family.alpha,
+        "exploratory": family.exploratory or None,
+        "reference": comparison.reference.slug,
+        "test_set": comparison.test_set,
         "paired_seeds": " ".join(map(str, comparison.seeds)),
-        "diff_vs_baseline": d.mean,
+        "difference": d.mean,
         "ci95_low": low,
         "ci95_high": high,
         "p_value": d.p_value,
         "holm_p": v.holm_p,
         "tost_holm_p": v.holm_tost_p,
         "detectable": v.detectable,
+        "seeds_for_difference": v.seeds_for_difference,
+        "seeds_for_equivalence": v.seeds_for_equivalence,
         "bootstrap_p": " ".join(f"{s}:{p:.4f}" for s, p in comparison.bootstrap.items()),
         "verdict": v.verdict,
+        "reason": v.reason or None,
     }

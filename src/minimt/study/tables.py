@@ -73,9 +73,11 @@ def configuration_table(rows: Sequence[dict]) -> str:
 
 
 def _verdict_cell(row: dict) -> str:
-    if row["question"] is None:
-        return row["verdict"] or "-"
-    return f"{row['verdict']} ({row['question']}, vs {row['baseline']})"
+    """Every verdict of the configuration on the headline test set; "baseline" or "-" without."""
+    if not row["verdicts"]:
+        return "baseline" if row["is_baseline"] else "-"
+    cells = [f"{c.verdict.verdict} ({key}, vs {c.reference.slug})" for key, c in row["verdicts"]]
+    return "; ".join(cells)
 
 
 def setup_text(report: Report) -> str:

@@ -1,7 +1,8 @@
 """Verdicts a protocol can reach: within one question's family of seed-paired comparisons,
 Holm's correction for differences and for equivalence (two one-sided tests against a margin in
 BLEU), and for every comparison the smallest difference its seeds could detect and how many
-seeds a verdict would need, so that "inconclusive" says why."""
+seeds a verdict would need (exact power of the paired t-test, from the noncentral t), so that
+"inconclusive" says why."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats
+from scipy import optimize, stats
 
 from minimt.study.significance import PairedDifference, holm
 
@@ -20,7 +21,7 @@ MAX_SEEDS = 200  # seeds needed beyond this are reported as "more than MAX_SEEDS
 class Rules:
     """The verdict protocol's settings; docs/study.md cites the margin's source."""
 
-    alpha: float = 0.05  # family-wise error rate of one question, differences and equivalence alike
+    alpha: float = 0.05  # error rate of one question's family, held for each claim type separately
     margin: float = 1.0  # BLEU: differences inside +-margin are called equivalent when shown to be
     power: float = 0.8  # the power at which detectable differences and seeds needed are computed
 
@@ -33,7 +34,7 @@ class Verdict:
     detectable: float | None  # smallest |difference| these seeds detect (power, alpha / family)
     seeds_for_difference: int | None  # seeds to detect the observed difference; None: never
     seeds_for_equivalence: int | None  # seeds to show equivalence at the observed difference
-    reason: str  # why inconclusive ("" otherwise)
+    reason: str  # why inconclusive; for equivalent, NONZERO when also shown non-zero; else ""
 
 
 def tost_p_value(difference: PairedDifference, margin: float) -> float:
@@ -58,13 +59,34 @@ def pooled_sd(differences: Sequence[PairedDifference]) -> float | None:
     return math.sqrt(sum((d.seeds - 1) * d.sd**2 for d in tested) / dof)
 
 
+def power_of_difference(difference: float, sd: float, seeds: int, alpha: float) -> float:
+    """Exact power of the two-sided paired t-test at `alpha` from `seeds` pairs of spread `sd`
+    when the true mean difference is `difference`: P(|T| > t_{1-alpha/2, n-1}) with T
+    noncentral t (n - 1 degrees of freedom, noncentrality difference sqrt(n) / sd)."""
+    dof, noncentrality = seeds - 1, abs(difference) * math.sqrt(seeds) / sd
+    critical = float(stats.t.ppf(1 - alpha / 2, dof))
+    upper = float(stats.nct.sf(critical, dof, noncentrality))
+    lower = float(stats.nct.cdf(-critical, dof, noncentrality))
+    # Far in the tails scipy's noncentral t can return nan: there the rejection on the side of
+    # the difference is certain and the one on the other side is negligible.
+    if not math.isfinite(upper):
+        upper = 1.0 if noncentrality > critical else 0.0
+    if not math.isfinite(lower):
+        lower = 0.0
+    return min(1.0, upper + lower)
+
+
 def detectable_difference(sd: float, seeds: int, alpha: float, power: float) -> float:
     """The smallest true mean difference a two-sided paired t-test at `alpha` detects with
-    `power` from `seeds` pairs of spread `sd`:
-    (t_{1-alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n)."""
-    dof = seeds - 1
-    quantiles = stats.t.ppf(1 - alpha / 2, dof) + stats.t.ppf(power, dof)
-    return float(quantiles * sd / math.sqrt(seeds))
+    `power` from `seeds` pairs of spread `sd` (power_of_difference solved for the difference)."""
+
+    def short(effect: float) -> float:  # in units of sd
+        return power_of_difference(effect, 1.0, seeds, alpha) - power
+
+    high = 1.0
+    while short(high) < 0:
+        high *= 2
+    return float(optimize.brentq(short, 0.0, high, xtol=1e-12)) * sd
 
 
 def equivalence_reach(sd: float, seeds: int, alpha: float, power: float) -> float:
@@ -76,9 +98,11 @@ def equivalence_reach(sd: float, seeds: int, alpha: float, power: float) -> floa
 
 
 def seeds_for_difference(sd: float, difference: float, alpha: float, power: float) -> int | None:
-    """The fewest seeds whose detectable difference is at most |difference| (None above
-    MAX_SEEDS or for no difference)."""
-    return _fewest_seeds(lambda n: detectable_difference(sd, n, alpha, power) <= abs(difference))
+    """The fewest seeds whose test at `alpha` has `power` if the true difference is
+    `difference` (None above MAX_SEEDS or for no difference)."""
+    if difference == 0:
+        return None
+    return _fewest_seeds(lambda n: power_of_difference(difference, sd, n, alpha) >= power)
 
 
 def seeds_for_equivalence(
@@ -100,7 +124,8 @@ def family_verdicts(differences: Sequence[PairedDifference], rules: Rules) -> li
     """The verdict of every comparison of one question (one family), in the input order.
 
     better / worse: Holm-adjusted p < alpha (and so the 95% interval excludes 0); equivalent:
-    Holm-adjusted TOST p < alpha; a difference shown both ways is called better or worse.
+    Holm-adjusted TOST p < alpha. A difference shown both ways is equivalent, its reason says
+    that it is also non-zero (NONZERO): inside the margin it is not one to claim as mattering.
     Detectable differences and seeds needed use the family's pooled seed spread at
     alpha / (family size), Holm's first threshold.
     """
@@ -114,6 +139,10 @@ def family_verdicts(differences: Sequence[PairedDifference], rules: Rules) -> li
         _verdict(d, holm_p.get(i), holm_tost.get(i), sd, level, rules)
         for i, d in enumerate(differences)
     ]
+
+
+NONZERO = "with a small non-zero difference"  # the reason of an equivalence also shown non-zero
+NOT_AFTER_HOLM = "unadjusted CI excludes 0; not significant after Holm"
 
 
 def _verdict(
@@ -132,28 +161,33 @@ def _verdict(
         detectable = detectable_difference(sd, d.seeds, level, rules.power)
         for_difference = seeds_for_difference(sd, d.mean, level, rules.power)
         for_equivalence = seeds_for_equivalence(sd, d.mean, rules.margin, level, rules.power)
-    if holm_p < rules.alpha:
-        name = "better" if d.mean > 0 else "worse"
-    elif holm_tost_p < rules.alpha:
-        name = "equivalent"
+    differs, equivalent = holm_p < rules.alpha, holm_tost_p < rules.alpha
+    if equivalent:
+        name, reason = "equivalent", NONZERO if differs else ""
+    elif differs:
+        name, reason = "better" if d.mean > 0 else "worse", ""
     else:
-        name = "inconclusive"
-    reason = "" if name != "inconclusive" else _why(d, for_difference, for_equivalence, rules)
+        name, reason = "inconclusive", _why(d, for_difference, for_equivalence, rules)
     return Verdict(name, holm_p, holm_tost_p, detectable, for_difference, for_equivalence, reason)
 
 
 def _why(
     d: PairedDifference, for_difference: int | None, for_equivalence: int | None, rules
 ) -> str:
-    """Why a comparison is inconclusive: too few seeds for the difference measured, or a real
-    but small effect (its 95% interval excludes 0, yet it lies inside the margin)."""
+    """Why a comparison is inconclusive: too few seeds for the difference measured, or, inside
+    the margin, an unadjusted 95% interval that excludes 0 where Holm's adjusted p does not."""
     low, high = d.ci95
     needs = []
     if for_difference is not None:
-        needs.append(f"{for_difference} seeds for better/worse")
+        needs.append(f"about {for_difference} seeds for better/worse")
     if for_equivalence is not None:
-        needs.append(f"{for_equivalence} for equivalent")
-    needed = " or ".join(needs) or f"more than {MAX_SEEDS} seeds"
+        needs.append(f"{'about ' if not needs else ''}{for_equivalence} for equivalent")
+    needed = (
+        " or ".join(needs) + f", for {rules.power:.0%} power if the true difference equals the "
+        "observed one, at this family's size"
+        if needs
+        else f"more than {MAX_SEEDS} seeds"
+    )
     if (low > 0 or high < 0) and abs(d.mean) < rules.margin:
-        return f"a real but small effect (inside ±{rules.margin:g}): {needed}"
+        return f"{NOT_AFTER_HOLM} (inside ±{rules.margin:g}): {needed}"
     return f"too few seeds: {needed}"
