@@ -3,14 +3,12 @@ embedding.init_std): their rules, and the model build_model makes of them."""
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from minimt.checkpoint import config_mismatches
 from minimt.config import (
     RESUME_KEYS,
     ConfigError,
     build_model,
-    canonical_config,
     validate_config,
 )
 from minimt.model.embedding import (
@@ -88,43 +86,11 @@ def test_share_levels_build_their_tying(share, src_is_tgt, output_is_tgt):
 
 
 @pytest.mark.parametrize(("old", "level"), [("true", "all"), ("false", "decoder")])
-def test_old_share_spelling_builds_the_same_model_as_its_level(old, level):
+def test_true_and_false_build_the_same_model_as_their_share_level(old, level):
     old_model, new_model = build(f"embedding.share={old}"), build(f"embedding.share={level}")
     old_state, new_state = old_model.state_dict(), new_model.state_dict()
     assert old_state.keys() == new_state.keys()
     assert all(torch.equal(old_state[key], new_state[key]) for key in old_state)
-
-
-def old_saved_config() -> dict:
-    """The resolved config a checkpoint saved before pe.encoder/decoder, three tying levels and
-    embedding.init_std existed."""
-    saved = OmegaConf.to_container(compose_config(*SMALL, "pe=learned"), resolve=True)
-    del saved["pe"]["encoder"], saved["pe"]["decoder"], saved["embedding"]["init_std"]
-    saved["embedding"]["share"] = True
-    return saved
-
-
-def test_an_old_saved_config_reads_as_today_s_defaults():
-    cfg = canonical_config(old_saved_config())
-    assert cfg.pe.encoder == cfg.pe.decoder == "learned"
-    assert cfg.embedding.share == "all" and cfg.embedding.init_std is None
-    today = compose_config(*SMALL, "pe=learned")
-    assert config_mismatches(old_saved_config(), today, RESUME_KEYS) != []  # raw: they differ
-    assert (
-        config_mismatches(
-            canonical_config(old_saved_config()), canonical_config(today), RESUME_KEYS
-        )
-        == []
-    )
-
-
-def test_an_old_checkpoint_loads_into_the_model_its_config_builds():
-    torch.manual_seed(0)
-    old = build_model(OmegaConf.create(old_saved_config()), VOCAB, VOCAB)
-    today = build("pe=learned", seed=1)
-    assert "embedding.positions.table.weight" in old.state_dict()
-    today.load_state_dict(old.state_dict())
-    assert today.embedding.src_tokens.weight is today.output_matrix
 
 
 @pytest.mark.parametrize(("init_std", "expected"), [("null", 32**-0.5), ("1.0", 1.0)])

@@ -49,10 +49,11 @@ def test_slugs_name_the_regime_and_what_differs_from_the_baseline():
     assert slug(data={"train_subsample": 500}) == "subsample500-sinusoidal"
 
 
-def test_old_configs_get_the_defaults_of_the_new_keys():
+def test_share_true_and_false_read_as_their_tying_levels():
     for share, level in ((True, "all"), (False, "decoder")):
-        old = {"pe": {"name": "rope"}, "embedding": {"scale": False, "share": share}}
-        configuration = configuration_of(OmegaConf.create(old))
+        pe = {"name": "rope", "encoder": "rope", "decoder": "rope"}
+        saved = {"pe": pe, "embedding": {"scale": False, "share": share, "init_std": None}}
+        configuration = configuration_of(OmegaConf.create(saved))
         assert configuration == Configuration(
             DataRegime(None, None, None), Embedding("rope", "rope", False, level, None)
         )

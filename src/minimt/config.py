@@ -110,15 +110,20 @@ def positive_int_list(v: object) -> str | None:
     return None if ok else "must be a list of integers >= 1 (may be empty)"
 
 
-# embedding.share: tying level -> (share_embeddings, tie_output). true / false, the spelling
-# before there were three levels, mean all / decoder (old configs and checkpoints).
+# embedding.share: tying level -> (share_embeddings, tie_output); true and false are accepted
+# for all and decoder.
 SHARE_LEVELS = {"none": (False, False), "decoder": (False, True), "all": (True, True)}
-OLD_SHARE_VALUES = {True: "all", False: "decoder"}
+SHARE_ALIASES = {True: "all", False: "decoder"}
 
 
 def share_level(v: object) -> str | None:
     ok = v in SHARE_LEVELS if isinstance(v, str) else isinstance(v, bool)
     return None if ok else "must be one of none, decoder, all (true = all, false = decoder)"
+
+
+def tying_level(share: bool | str) -> str:
+    """embedding.share as one of SHARE_LEVELS."""
+    return SHARE_ALIASES[share] if isinstance(share, bool) else share
 
 
 def subsample_size(v: object) -> str | None:
@@ -211,7 +216,7 @@ def validate_config(cfg: DictConfig) -> None:
 def _cross_key_problems(cfg: DictConfig) -> list[str]:
     problems = []
     share = cfg.embedding.share
-    if canonical_share(share) == "all" and not cfg.tokenizer.joint:
+    if tying_level(share) == "all" and not cfg.tokenizer.joint:
         problems.append(
             f"embedding.share={str(share).lower()} needs tokenizer.joint=true: tying source, "
             "target and output tables needs one vocabulary (or set embedding.share=decoder or none)"
@@ -261,28 +266,9 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("minimt.inverse_sqrt", lambda n: float(n) ** -0.5)
 
 
-def canonical_share(share: bool | str) -> str:
-    """embedding.share as a tying level: true -> all, false -> decoder, a level unchanged."""
-    return OLD_SHARE_VALUES[share] if isinstance(share, bool) else share
-
-
-def canonical_config(cfg: DictConfig | dict) -> DictConfig:
-    """A copy of cfg in today's spelling, so that configs saved before a key existed compare and
-    build as they did: embedding.share true/false -> all/decoder; pe.encoder and pe.decoder =
-    pe.name and embedding.init_std = null where missing."""
-    cfg = OmegaConf.create(OmegaConf.to_container(OmegaConf.create(cfg)))  # unlocked copy
-    if "embedding" in cfg:
-        cfg.embedding.share = canonical_share(cfg.embedding.share)
-        cfg.embedding.setdefault("init_std", None)
-    if "pe" in cfg:
-        cfg.pe.setdefault("encoder", cfg.pe.name)
-        cfg.pe.setdefault("decoder", cfg.pe.name)
-    return cfg
-
-
 def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
-    """The RESUME_KEYS whose values differ between a saved config (any age) and cfg."""
-    return config_mismatches(canonical_config(saved), canonical_config(cfg), RESUME_KEYS)
+    """The RESUME_KEYS whose values differ between a saved config and cfg."""
+    return config_mismatches(OmegaConf.create(saved), cfg, RESUME_KEYS)
 
 
 def positional_options(pe: DictConfig) -> dict[str, float]:
@@ -292,11 +278,9 @@ def positional_options(pe: DictConfig) -> dict[str, float]:
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
-    """The model a config describes (today's or an older one); the one place where config
-    becomes a model."""
-    cfg = canonical_config(cfg)
+    """The model a config describes; the one place where config becomes a model."""
     m = cfg.model
-    share_embeddings, tie_output = SHARE_LEVELS[cfg.embedding.share]
+    share_embeddings, tie_output = SHARE_LEVELS[tying_level(cfg.embedding.share)]
     return Transformer(
         src_vocab_size,
         tgt_vocab_size,

@@ -55,7 +55,7 @@ def test_set_names(data: DictConfig) -> list[str]:
     """The test sets a run scores at its end: Multi30k's data.test_sets (else `test`), then the
     long test sets of the length split that hold any pair (reads the training source file)."""
     names = _corpus_test_names(data)
-    if _long_tests_over(data) is None:
+    if data.long_tests_over is None:
         return names
     return names + length_split(data, training_files(data)).test_names
 
@@ -105,14 +105,10 @@ def training_files(data: DictConfig) -> ParallelFiles:
 def length_split(data: DictConfig, train: ParallelFiles) -> LengthSplit:
     """Each training line's role under data.train_max_words and data.long_tests_over (every
     line trains, without reading the files, when both are null)."""
-    max_words, over = data.get("train_max_words"), _long_tests_over(data)
+    max_words, over = data.train_max_words, data.long_tests_over
     if max_words is None and over is None:
         return all_train(train.num_pairs)
     return split_by_length(source_word_counts(train), max_words, over, data.long_bucket_edges)
-
-
-def _long_tests_over(data: DictConfig) -> int | None:
-    return data.get("long_tests_over")  # absent from configs saved before the length split
 
 
 @dataclass
@@ -196,7 +192,7 @@ def subsample_size(data: DictConfig, splits: TextSplits, token_pairs: datasets.D
     if data.train_subsample != AS_LENGTH_SPLIT:
         return data.train_subsample
     words = source_word_counts(splits.train)
-    short = np.flatnonzero((splits.lengths.roles == TRAIN) & (words <= _long_tests_over(data)))
+    short = np.flatnonzero((splits.lengths.roles == TRAIN) & (words <= data.long_tests_over))
     return len(filter_training_pairs(token_pairs, data.max_train_len, short))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from minimt.config import canonical_config
+from minimt.config import tying_level
 from minimt.data.corpus import read_lines
 from minimt.study.protocol import AS_CONFIGURED, PROTOCOLS, Protocol, protocol_of
 
@@ -197,18 +197,15 @@ def protocol_rank(protocol: Protocol) -> tuple:
 
 
 def setting(cfg: DictConfig, key: str):
-    """The value of a dotted key, or None where the config lacks it (saved before the key
-    existed)."""
+    """The value of a dotted key, or None where the config has no such key (pe.init_std outside
+    pe=learned)."""
     return OmegaConf.select(cfg, key, default=None)
 
 
 def configuration_of(
     cfg: DictConfig, precision: str | None = None, device: str | None = None
 ) -> Configuration:
-    """The configuration of a run's resolved config, the precision and device it trained on,
-    read in today's spelling (config.canonical_config: runs saved before the study's keys get their
-    defaults); no length split where the data keys are missing."""
-    cfg = canonical_config(cfg)
+    """The configuration of a run's resolved config and the precision and device it trained on."""
     init_std = cfg.embedding.init_std
     pos_init_std = setting(cfg, "pe.init_std")
     pos_scale = setting(cfg, "pe.scale")
@@ -222,7 +219,7 @@ def configuration_of(
             cfg.pe.encoder,
             cfg.pe.decoder,
             bool(cfg.embedding.scale),
-            cfg.embedding.share,
+            tying_level(cfg.embedding.share),
             None if init_std is None else float(init_std),
             None if pos_init_std in (None, 0.02) else float(pos_init_std),
             None if pos_scale in (None, 1.0) else float(pos_scale),

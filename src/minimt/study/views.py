@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
-from minimt.config import SHARE_LEVELS, canonical_share
+from minimt.config import SHARE_LEVELS, tying_level
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
 from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import MultiHeadAttention, Transformer
@@ -58,7 +58,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         "pe.encoder": cfg.pe.encoder,
         "pe.decoder": cfg.pe.decoder,
         "scale": str(cfg.embedding.scale).lower(),
-        "share": canonical_share(cfg.embedding.share),
+        "share": tying_level(cfg.embedding.share),
         "init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
         "train_max_words": optional_number(cfg.data.train_max_words),
         "train_subsample": optional_number(cfg.data.train_subsample),
