@@ -10,7 +10,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+# The project's configs, read from the working directory as scripts/train.py and the data paths
+# are: reports are made from the project's root.
+CONFIG_DIR = Path("configs")
 
 # The settings that make two runs comparable: the model, the vocabulary, the optimisation and the
 # stopping rule. Caps (max_steps, max_minutes), threads and the seed are not among them.
@@ -73,12 +75,12 @@ def protocol_settings(cfg: DictConfig) -> tuple:
 @cache
 def experiment_settings(experiment: str) -> tuple | None:
     """protocol_settings of `python scripts/train.py experiment=<experiment>`; None when the
-    configs are not beside the package (an installed copy)."""
+    working directory has no such experiment config."""
     from hydra import compose, initialize_config_dir
 
     if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").is_file():
         return None
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR.resolve()), version_base="1.3"):
         return protocol_settings(compose("config", overrides=[f"experiment={experiment}"]))
 
 
