@@ -86,7 +86,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             ) from None
         raise DamagedCheckpoint(
             f"cannot load checkpoint {path}: it is damaged (cut short or corrupted: "
-            f"{_first_sentence(error)})"
+            f"{str(error).split('. ')[0].strip()})"
         ) from error
 
 
@@ -97,10 +97,6 @@ def loads(path: Path) -> bool:
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
         return False
     return True
-
-
-def _first_sentence(error: Exception) -> str:
-    return str(error).split(". ")[0].strip()
 
 
 def latest_checkpoint(ckpt_dir: str | Path) -> Path:

@@ -64,8 +64,7 @@ def one_of(*choices: str) -> Rule:
 
 
 def registered_encoding(v: object) -> str | None:
-    """A name in POSITIONAL_ENCODINGS as it is when the config is checked (encodings may be
-    registered after import)."""
+    """A name in POSITIONAL_ENCODINGS at check time (encodings may be registered after import)."""
     return one_of(*POSITIONAL_ENCODINGS)(v)
 
 
@@ -110,8 +109,7 @@ def positive_int_list(v: object) -> str | None:
     return None if ok else "must be a list of integers >= 1 (may be empty)"
 
 
-# embedding.share: tying level -> (share_embeddings, tie_output); true and false are accepted
-# for all and decoder.
+# embedding.share: tying level -> (share_embeddings, tie_output); true = all, false = decoder.
 SHARE_LEVELS = {"none": (False, False), "decoder": (False, True), "all": (True, True)}
 SHARE_ALIASES = {True: "all", False: "decoder"}
 
@@ -272,8 +270,7 @@ def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
 
 
 def positional_options(pe: DictConfig) -> dict[str, float]:
-    """The pe section's arguments of its encoding's module (pe.init_std of learned, pe.scale of
-    sinusoidal): every key but the choice of encoding."""
+    """The pe section's keyword arguments of its encoding's class: every key but the choices."""
     return {key: value for key, value in pe.items() if key not in ("name", "encoder", "decoder")}
 
 

@@ -109,11 +109,8 @@ class Translator:
     def translate(
         self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
     ) -> list[str]:
-        """Translations of `lines` in input order, each one line; blank lines give empty ones.
-
-        Line breaks in a decoded translation become spaces, so a file of translations stays
-        aligned with its source file.
-        """
+        """Translations of `lines` in input order, each one line (line breaks become spaces, so a
+        file of translations stays aligned with its source); blank lines give empty ones."""
         if beam < 1:
             raise ValueError(f"beam must be >= 1, got {beam}")
         outputs = [""] * len(lines)
@@ -133,9 +130,8 @@ class Translator:
         outputs: list[list[int]] = [[] for _ in lines]
         self.model.eval()
         autocast = precision_autocast(self.precision, device)
-        # Twice batch_tokens: finished sentences leave a batch, which shrinks as it decodes
-        # (docs/performance.md). Beam search holds beam rows per sentence, so its batches hold
-        # 1/beam the sentences.
+        # Twice batch_tokens: finished sentences leave a batch, which shrinks as it decodes.
+        # Beam search holds beam rows per sentence, so its batches hold 1/beam the sentences.
         budget = max(2 * self.batch_tokens // beam, 1)
         for indices in token_batches([len(ids) + 1 for ids in src_ids], budget):
             src = source_tensor([src_ids[i] for i in indices]).to(device)

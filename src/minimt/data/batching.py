@@ -1,7 +1,5 @@
 """Token-count batches: index groups by length, padded (B, L) tensors, collation ahead of use.
-
-Numpy and torch only, so decoding (the Translator) needs neither `datasets` nor `pyarrow`.
-"""
+Numpy and torch only, so decoding (the Translator) needs neither `datasets` nor `pyarrow`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Fetching, verifying and reading raw line-aligned parallel text (Multi30k task 1, or any pair).
 
-Every Multi30k file is pinned by its SHA-256, so a moved or edited upstream file is an error, never
-a silently different corpus. Files reach the cache only through a temporary file that is renamed
-into place once complete and verified.
-"""
+Every Multi30k file is pinned by its SHA-256, so an edited upstream file is an error, never a
+silently different corpus; files reach the cache only complete and verified."""
 
 from __future__ import annotations
 
@@ -197,7 +195,8 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         # a new line) and lets an undecodable line be reported with its number.
         for number, raw in enumerate(_reading(path, file), start=1):
             try:
-                yield _strip_newline(raw).decode("utf-8")
+                line = raw[:-1].removesuffix(b"\r") if raw.endswith(b"\n") else raw
+                yield line.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(
                     f"{path} line {number} is not valid UTF-8 "
@@ -298,12 +297,3 @@ def _copy_to(source: str, dest: Path) -> None:
     except OSError as error:  # URLError, refused connections and timeouts alike
         reason = getattr(error, "reason", error)
         raise DataError(f"cannot download {source}: {reason}. {_HOW_TO_FIX}.") from None
-
-
-def _strip_newline(raw: bytes) -> bytes:
-    """Drop a trailing b"\\n" and a b"\\r" just before it; keep every other byte."""
-    if raw.endswith(b"\r\n"):
-        return raw[:-2]
-    if raw.endswith(b"\n"):
-        return raw[:-1]
-    return raw

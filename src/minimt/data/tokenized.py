@@ -1,8 +1,5 @@
-"""Parallel text as token ids: the cached, memory-mapped Arrow table and its batches.
-
-Training pairs go from the text files to an on-disk Arrow table of ids without ever being held
-in memory as a whole: batches gather their rows from the memory-mapped table.
-"""
+"""Parallel text as token ids: the cached, memory-mapped Arrow table and its batches (training
+pairs are never held in memory as a whole)."""
 
 from __future__ import annotations
 
@@ -46,11 +43,8 @@ def text_pairs(src_lines: Sequence[str], tgt_lines: Sequence[str]) -> datasets.D
 def tokenize_pairs(
     tokenizers: TokenizerPair, text: datasets.Dataset, cache_file: Path | None = None
 ) -> datasets.Dataset:
-    """A Dataset with columns src_ids, tgt_ids (BPE ids, no specials) for `text`'s src, tgt.
-
-    Encodes `ENCODE_BATCH` rows at a time; with `cache_file` the ids are written there as Arrow
-    and memory-mapped, else kept in memory.
-    """
+    """A Dataset with columns src_ids, tgt_ids (BPE ids, no specials) for `text`'s src, tgt;
+    with `cache_file` written there as Arrow and memory-mapped, else kept in memory."""
 
     def encode(rows: dict[str, list[str]]) -> dict[str, list[list[int]]]:
         return {
@@ -72,11 +66,8 @@ def tokenize_pairs(
 def cached_token_pairs(
     corpus: ParallelFiles, tokenizers: TokenizerPair, cache_dir: str | Path
 ) -> datasets.Dataset:
-    """`corpus` tokenized, memory-mapped from <cache_dir>/token_ids/<key>.arrow (built if missing).
-
-    The key digests both files' bytes, the pair limit and the tokenizers, so a change to any of
-    them tokenizes again and an unchanged corpus is never tokenized twice.
-    """
+    """`corpus` tokenized, memory-mapped from <cache_dir>/token_ids/<key>.arrow (built if missing);
+    the key digests both files' bytes, the pair limit and the tokenizers."""
     key = [corpus.fingerprint, tokenizers.fingerprint, _CACHE_FORMAT_VERSION]
     digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "token_ids" / f"{digest}.arrow"
@@ -145,10 +136,7 @@ def _flat_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 class BatchedPairs:
     """Token-count batches over a tokenized Dataset; a new shuffle for every epoch when seeded.
-
-    Holds only the (N,) example lengths in memory; `collate` reads a batch's rows from the
-    (memory-mapped) Dataset.
-    """
+    Holds only the (N,) lengths in memory; `collate` reads rows from the memory-mapped Dataset."""
 
     def __init__(self, pairs: datasets.Dataset, batch_tokens: int, seed: int | None = None):
         self.pairs = pairs

@@ -22,11 +22,9 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 
 
 class PositionalEncoding(nn.Module):
-    """How a model learns where each token is. An encoding may add a signal to the input
-    (sinusoidal, learned), turn queries and keys in self-attention (rope) or bias self-attention's
-    logits (alibi); each default does nothing, a subclass overrides what it does. Every encoding is
-    built as cls(max_seq_len, d_model, n_heads, **its own options) and registered by name in
-    POSITIONAL_ENCODINGS."""
+    """Where each token is: a subclass overrides add (to the input), rotate (self-attention's
+    queries and keys) or bias (its logits); built as cls(max_seq_len, d_model, n_heads, **options)
+    and registered by name in POSITIONAL_ENCODINGS."""
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
         super().__init__()
@@ -115,12 +113,8 @@ def rotary_tables(max_len: int, d_head: int, base: float = 10000.0) -> tuple[Ten
 
 
 class RotaryPositions(PositionalEncoding):
-    """Rotary position embedding (RoPE, Su et al., 2021) for queries or keys of one head size.
-
-    Half-split (GPT-NeoX) layout: dimension i pairs with i + d_head/2, and pair i turns by
-    angle pos * 10000^(-2i/d_head), so a rotated query-key dot product depends only on the
-    positions' offset. No parameters; the tables are non-persistent buffers, never in checkpoints.
-    """
+    """Rotary position embedding (RoPE, Su et al., 2021), half-split (GPT-NeoX) layout: dimension
+    i pairs with i + d_head/2. The tables are non-persistent buffers, never in checkpoints."""
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
         super().__init__(max_seq_len, d_model, n_heads)
@@ -160,19 +154,13 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 class AlibiBias(PositionalEncoding):
     """ALiBi (Press et al., 2021): head h adds -m_h |i - j| to the logit of query i for key j.
-
-    Symmetric in the encoder; in the decoder the keys j > i are masked as well (causal). No
-    parameters; the slopes are a non-persistent buffer, never in checkpoints. The bias is built in
-    float32, where distances are exact integers; attention() rounds it to q's dtype once.
-    """
+    Built in float32, where distances are exact; attention() rounds it to q's dtype once."""
 
     def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1):
         super().__init__(max_seq_len, d_model, n_heads)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def bias(self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False) -> Tensor:
-        """(h, T, S) float32 additive mask for T queries at positions offset..offset+T-1 and S keys
-        at 0..S-1: -m_h |i - j|, and -inf where j > i when causal."""
         device = self.slopes.device
         query = torch.arange(offset, offset + n_queries, device=device)[:, None]  # (T, 1)
         distance = (query - torch.arange(n_keys, device=device)).float()  # (T, S): i - j
@@ -204,15 +192,10 @@ def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> 
 class Seq2SeqEmbedding(nn.Module):
     """Source and target embeddings: lookup -> x sqrt(d_model) -> + positions -> dropout.
 
-    pos_encoding serves both sides unless src_pos_encoding / tgt_pos_encoding override it. Sides
-    with the same encoding share one positional module, `positions` (a learned table is shared by
-    source and target); sides that differ get one each, `positions["src"]` and
-    `positions["tgt"]`. With share_embeddings the target table is the source table itself, which
-    also makes it the model's output projection when the model ties that: three-way tying over one
-    joint vocabulary. init_std is the token tables' init std (None: d_model^-0.5).
-    pos_options are keyword arguments of pos_encoding's class (the learned table's init_std, the
-    sinusoid's scale), given to each side that uses pos_encoding; n_heads is the attention's
-    head count, which rope and alibi need.
+    pos_encoding serves both sides unless src_pos_encoding / tgt_pos_encoding override it; sides
+    with one encoding share one module, `positions`, else get `positions["src"]` and
+    `positions["tgt"]`. With share_embeddings the target table is the source table itself.
+    pos_options are keyword arguments of pos_encoding's class, for each side that uses it.
     """
 
     def __init__(
@@ -273,7 +256,7 @@ class Seq2SeqEmbedding(nn.Module):
             return POSITIONAL_ENCODINGS[name](max_seq_len, d_model, n_heads, **options)
 
         if src_pos_encoding == tgt_pos_encoding:
-            # One module, and the state_dict keys (positions.table.weight) models always had.
+            # One module: a learned table is shared, under the key positions.table.weight.
             self.positions = encoding(src_pos_encoding)
         else:
             self.positions = nn.ModuleDict(
@@ -305,26 +288,22 @@ class Seq2SeqEmbedding(nn.Module):
         """Per side ("src", "tgt"): the RMS of the scaled token vectors (padding row left out), of
         the positional signal added at positions 0..n_positions-1, and their ratio (None where
         nothing is added: none, rope, alibi)."""
-        sides = {
-            "src": (self.src_tokens, self.src_positions),
-            "tgt": (self.tgt_tokens, self.tgt_positions),
-        }
-        return {
-            side: self._magnitudes(tokens, positions, n_positions)
-            for side, (tokens, positions) in sides.items()
-        }
-
-    def _magnitudes(
-        self, tokens: nn.Embedding, positions: PositionalEncoding, n_positions: int
-    ) -> dict[str, float | None]:
-        rows = torch.ones(tokens.num_embeddings, dtype=torch.bool)
-        if tokens.padding_idx is not None:
-            rows[tokens.padding_idx] = False
-        token_rms = (tokens.weight[rows].float() * self.scale).pow(2).mean().sqrt().item()
-        zeros = tokens.weight.new_zeros(1, min(n_positions, self.max_seq_len), self.d_model)
-        position_rms = positions.add(zeros, 0).float().pow(2).mean().sqrt().item()
-        ratio = token_rms / position_rms if position_rms > 0 else None
-        return {"token_rms": token_rms, "position_rms": position_rms, "ratio": ratio}
+        magnitudes = {}
+        sides = (self.src_tokens, self.src_positions), (self.tgt_tokens, self.tgt_positions)
+        for side, (tokens, positions) in zip(("src", "tgt"), sides, strict=True):
+            rows = torch.ones(tokens.num_embeddings, dtype=torch.bool)
+            if tokens.padding_idx is not None:
+                rows[tokens.padding_idx] = False
+            token_rms = (tokens.weight[rows].float() * self.scale).pow(2).mean().sqrt().item()
+            zeros = tokens.weight.new_zeros(1, min(n_positions, self.max_seq_len), self.d_model)
+            position_rms = positions.add(zeros, 0).float().pow(2).mean().sqrt().item()
+            ratio = token_rms / position_rms if position_rms > 0 else None
+            magnitudes[side] = {
+                "token_rms": token_rms,
+                "position_rms": position_rms,
+                "ratio": ratio,
+            }
+        return magnitudes
 
     def encode_source(self, ids: Tensor, offset: int = 0) -> Tensor:
         """(B, S) token ids at positions offset..offset+S-1 -> (B, S, d_model)."""

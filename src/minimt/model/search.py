@@ -23,12 +23,8 @@ def length_penalty_of(n: int, alpha: float) -> float:
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """One beam-search output: ids without <bos>/<eos>, summed log-probability, normalised score.
-
-    log_prob includes the <eos> token's term when the hypothesis ended with <eos>;
-    score = log_prob / length_penalty_of(n, alpha) with n = len(tokens) + 1 for those, and
-    n = len(tokens) for a hypothesis cut at its maximum length.
-    """
+    """One beam-search output: ids without <bos>/<eos>, summed log-probability (with <eos>'s term
+    if it ended with one) and score = log_prob / length_penalty_of(n, alpha), n counting <eos>."""
 
     tokens: list[int]
     score: float
@@ -37,25 +33,24 @@ class Hypothesis:
 
 class LiveRows:
     """The hypotheses still being extended, as one decoder batch: k rows (beams) for each of the
-    B' unfinished sentences, N = B' * k, one row each at first.
-
-    Finished sentences leave the batch (drop), so later steps only run on the others. Rows are
-    decoded one cached step at a time, or with use_cache=False by re-running the decoder over the
-    whole prefix (the reference path).
-    """
+    B' unfinished sentences, N = B' * k. Finished sentences leave it (drop); use_cache=False
+    re-runs the decoder over the whole prefix at every step (the reference path)."""
 
     def __init__(
         self,
         model: Transformer,
         src: Tensor,
-        max_lens: Tensor,
+        max_len_a: float,
+        max_len_b: int,
         *,
         bos_id: int,
         pad_id: int,
         use_cache: bool,
     ):
-        """src (B, S) padded source, max_lens (B,) each sentence's most generated tokens."""
+        """src (B, S) padded source; a sentence generates at most max_output_lengths tokens."""
         batch, device = src.size(0), src.device
+        src_lengths = (src != pad_id).sum(dim=1)  # (B,)
+        max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b, model.max_seq_len - 1)
         memory = model.encode(src)  # (B, S, d_model)
         self.model = model
         self.max_steps = int(max_lens.max())
@@ -123,15 +118,14 @@ def greedy_decode(
 
     Each sentence may emit at most max_output_lengths(len, max_len_a, max_len_b) tokens, capped so
     that <bos> + output fits in model.max_seq_len. Dropout is the caller's business (model.eval()).
-    use_cache=False reruns the decoder over the whole prefix at every step (the reference path).
     """
     batch = src.size(0)
-    src_lengths = (src != pad_id).sum(dim=1)  # (B,)
-    max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b, cap=model.max_seq_len - 1)
-    rows = LiveRows(model, src, max_lens, bos_id=bos_id, pad_id=pad_id, use_cache=use_cache)
+    rows = LiveRows(
+        model, src, max_len_a, max_len_b, bos_id=bos_id, pad_id=pad_id, use_cache=use_cache
+    )
     outputs = torch.full((batch, rows.max_steps), pad_id, device=src.device)  # (B, T)
-    out_lengths = torch.zeros_like(max_lens)  # (B,) tokens kept, <eos> excluded
-    is_eos = torch.zeros_like(max_lens, dtype=torch.bool)  # (B',)
+    out_lengths = torch.zeros_like(rows.max_lens)  # (B,) tokens kept, <eos> excluded
+    is_eos = torch.zeros_like(rows.max_lens, dtype=torch.bool)  # (B',)
     for step in itertools.count():  # every sentence is done at its maximum length at the latest
         done = is_eos | (step >= rows.max_lens)  # (B',)
         if done.any():
@@ -163,30 +157,23 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Batched beam search: (B, S) padded source -> per sentence its n_best hypotheses, best first.
 
-    The live hypotheses of all sentences (<bos> alone at first, then beam per sentence) advance
-    together through one cached decoder step. At each step the best 2 * beam extensions of a
-    sentence are ranked by summed log-probability; those ending in <eos> among the first beam
-    are finished (set aside, never extended again), and the best beam extensions without <eos>
-    stay live. A hypothesis reaching the sentence's maximum length
-    (max_output_lengths, as in greedy_decode, counting <eos>) is finished as it is.
-
-    Stopping rule: a sentence is done once it holds beam finished hypotheses, or at its maximum
-    length; a live hypothesis that might still have scored better after length normalisation is
-    not waited for. Finished hypotheses are ranked by score = log_prob / lp(n), with
-    lp(n) = ((5 + n) / 6) ** length_penalty and n the number of generated tokens including
-    <eos>. With beam=1 this is exactly greedy_decode. Done sentences leave the batch.
-    use_cache=False reruns the decoder over the whole prefix at every step (the reference path).
+    At each step a sentence's best 2 * beam extensions are ranked by summed log-probability; those
+    ending in <eos> among the first beam are finished, the best beam without <eos> stay live, and
+    a hypothesis at the maximum length (as in greedy_decode) is finished as it is. A sentence is
+    done with beam finished hypotheses or at its maximum length (a live one that might still score
+    better after length normalisation is not waited for). Finished ones are ranked by
+    log_prob / length_penalty_of(n, length_penalty). With beam=1 this is exactly greedy_decode.
     """
     if beam < 1 or not 1 <= n_best <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, {n_best=}")
     if model.output_matrix.size(0) < 2 * beam:
         raise ValueError(f"beam={beam} needs a target vocabulary of at least {2 * beam} tokens")
     batch, device = src.size(0), src.device
-    src_lengths = (src != pad_id).sum(dim=1)  # (B,)
-    max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b, cap=model.max_seq_len - 1)
-    rows = LiveRows(model, src, max_lens, bos_id=bos_id, pad_id=pad_id, use_cache=use_cache)
+    rows = LiveRows(
+        model, src, max_len_a, max_len_b, bos_id=bos_id, pad_id=pad_id, use_cache=use_cache
+    )
     log_probs = torch.zeros(batch, 1, device=device)  # (B', k): <bos> alone at first
-    n_finished = torch.zeros_like(max_lens)  # (B',) hypotheses ended with <eos>
+    n_finished = torch.zeros_like(rows.max_lens)  # (B',) hypotheses ended with <eos>
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     for step in itertools.count():  # every sentence is done at its maximum length at the latest
         at_max = step >= rows.max_lens  # (B',)

@@ -44,11 +44,8 @@ def attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """Projects queries from x and keys/values from context, attends per head, projects back.
-
-    With a rotary encoding (pe=rope, self-attention only) queries and keys are rotated by their
-    positions after projection, the query at offset..offset+T-1 and the keys at offset..offset+S-1.
-    """
+    """Projects queries from x and keys/values from context, attends per head, projects back;
+    a rotary encoding (self-attention only) turns queries and keys by their positions."""
 
     def __init__(
         self, d_model: int, n_heads: int, dropout: float, rotary: PositionalEncoding | None = None
@@ -93,9 +90,8 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
     def weights(self, x: Tensor, context: Tensor, mask: Tensor | None = None) -> Tensor:
-        """The attention weights forward(x, context, mask) uses, softmax(q k^T / sqrt(d_k)) with
-        masked keys at 0: x (B, T, d_model), context (B, S, d_model), boolean mask broadcasting
-        to (B, h, T, S) -> (B, h, T, S)."""
+        """forward's attention weights, masked keys at 0: x (B, T, d_model), context
+        (B, S, d_model), boolean mask broadcasting to (B, h, T, S) -> (B, h, T, S)."""
         q = self._rotate(self._split_heads(self.q_proj(x)), 0)  # (B, h, T, d_k)
         k, _ = self.keys_values(context)  # (B, h, S, d_k)
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
@@ -191,9 +187,8 @@ class DecoderLayer(nn.Module):
     ) -> Tensor:
         """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
 
-        Self-attention is causal only: with right padding, real positions never see the target
-        pads that follow them, so no target padding mask is needed. self_mask (h, T, T), ALiBi's
-        causal float mask, replaces is_causal (SDPA takes one or the other).
+        No target padding mask: with right padding, causal attention never sees the pads.
+        self_mask (h, T, T), ALiBi's causal float mask, replaces is_causal (SDPA takes one).
         """
         y = self.self_attn_residual(
             y, lambda h: self.self_attn(h, h, self_mask, is_causal=self_mask is None)
@@ -212,10 +207,8 @@ class DecoderLayer(nn.Module):
         """y (B * k, 1, d_model), the newest position of each sentence's k rows
         -> (B * k, 1, d_model); writes its key and value into cache.
 
-        The one query may see every cached key (all earlier positions), so no causal mask: SDPA's
-        is_causal aligns top-left when Lq != Lk and would hide all but the first key. Keys are
-        cached as attended (rotated at their own positions under RoPE); the new query and key are
-        rotated at position. self_mask (h, 1, position + 1): ALiBi's bias row for this query.
+        No causal mask: the one query sees every cached key, and SDPA's is_causal aligns top-left
+        when Lq != Lk. self_mask (h, 1, position + 1): ALiBi's bias row for this query.
         """
 
         def self_attention(h: Tensor) -> Tensor:
@@ -234,12 +227,7 @@ class DecoderLayer(nn.Module):
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer whose output projection is the target embedding matrix
-    (tie_output), or a matrix of its own.
-
-    The sizes have no defaults (configs/model/ holds them); the embedding choices default as
-    Seq2SeqEmbedding's do. src_pos_encoding / tgt_pos_encoding (None: pos_encoding) choose each
-    side's positions; rope and alibi act on that side's self-attention only.
-    """
+    (tie_output), or a matrix of its own. The sizes have no defaults (configs/model/ holds them)."""
 
     def __init__(
         self,
@@ -284,14 +272,12 @@ class Transformer(nn.Module):
             pos_options=pos_options,
             n_heads=n_heads,
         )
-        # tie_output=False: an own output matrix, initialised as fairseq's untied one.
+        # Initialised as fairseq's untied output matrix.
         self.output_weight = None
         if not tie_output:
             self.output_weight = nn.Parameter(torch.empty(tgt_vocab_size, d_model))
             nn.init.normal_(self.output_weight, mean=0.0, std=d_model**-0.5)
-        # Each side's encoding acts where it says it does: an encoding that rotates does so in
-        # every self-attention layer of its side; one that biases gives its side's mask, built
-        # once per forward (encode, decode, decode_step) and shared by the layers.
+        # A biasing encoding's mask is built once per forward and shared by its side's layers.
         src, tgt = self.embedding.src_positions, self.embedding.tgt_positions
         self.encoder_bias = src if src.biases else None
         self.decoder_bias = tgt if tgt.biases else None
@@ -338,12 +324,9 @@ class Transformer(nn.Module):
     def start_decoding(
         self, memory: Tensor, src: Tensor, capacity: int | None = None
     ) -> DecoderCache:
-        """memory (B, S, d_model), (B, S) src -> an empty cache of one row per sentence, holding
-        cross-attention keys/values and room for `capacity` decode_step calls (None:
-        model.max_seq_len, every position).
-
-        Call it and decode_step under the same autocast setting, so that cached and new keys share
-        a dtype.
+        """memory (B, S, d_model), (B, S) src -> an empty cache of one row per sentence, with
+        cross-attention keys/values and room for `capacity` decode_step calls (None: max_seq_len).
+        Call it and decode_step under one autocast setting, so cached and new keys share a dtype.
         """
         capacity = self.max_seq_len if capacity is None else capacity
         layers = []
@@ -357,11 +340,8 @@ class Transformer(nn.Module):
         return DecoderCache(layers, padding_mask(src, self.pad_id))
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        """(N, 1) newest target ids of the cache's N = B * k rows -> hidden (N, 1, d_model),
-        advancing cache by one position.
-
-        Equals decode(prefix + tokens, ...)[:, -1:] without recomputing the prefix.
-        """
+        """(N, 1) newest target ids of the cache's N = B * k rows -> hidden (N, 1, d_model), as
+        decode(prefix + tokens, ...)[:, -1:] without recomputing the prefix; advances cache."""
         position = cache.position
         self_mask = None
         if self.decoder_bias is not None:
@@ -386,7 +366,7 @@ class Transformer(nn.Module):
 
     def num_parameters(self) -> int:
         """Trainable and frozen parameters, a shared matrix counted once."""
-        return sum(p.numel() for p in self.parameters())  # parameters() yields shared ones once
+        return sum(p.numel() for p in self.parameters())
 
     def _init_linear_layers(self) -> None:
         # Embedding tables keep Seq2SeqEmbedding's init; only the layers' projections are set here.

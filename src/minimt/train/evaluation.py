@@ -82,43 +82,6 @@ def score(
     return corpus_scores(hyps, pairs[1]), hyps
 
 
-def validate(
-    translator: Translator, val_pairs: Pairs, val_batches: BatchedPairs, autocast: torch.autocast
-) -> tuple[float, CorpusScores, list[str]]:
-    """Validation NLL per target token, corpus scores of cached greedy decoding, and its
-    hypotheses (one per pair of val_pairs)."""
-    nll = validation_nll(translator.model, val_batches, autocast)
-    scores, hyps = score(translator, val_pairs, beam=1, length_penalty=1.0)
-    return nll, scores, hyps
-
-
-def score_test_sets(
-    translator: Translator,
-    tests: dict[str, Pairs],
-    beam: int,
-    length_penalty: float,
-    out: Path,
-    suffix: str = "",
-) -> dict[str, dict]:
-    """Scores per test set with beam decoding (hypotheses written to out/hyps.<name><suffix>.txt,
-    e.g. suffix ".average")."""
-    results = {}
-    for name, pairs in tests.items():
-        scores, hyps = score(translator, pairs, beam, length_penalty)
-        write_text(out / f"hyps.{name}{suffix}.txt", "".join(h + "\n" for h in hyps))
-        results[name] = {**scores.as_dict(), "beam": beam, "length_penalty": length_penalty}
-        log.info(
-            "%s%s (beam %d): BLEU %.2f chrF %.2f | %s",
-            name,
-            suffix,
-            beam,
-            scores.bleu,
-            scores.chrf,
-            scores.bleu_signature,
-        )
-    return results
-
-
 def validate_and_keep_best(
     run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
 ) -> None:
@@ -126,9 +89,8 @@ def validate_and_keep_best(
     when BLEU improves."""
     seconds = clock.elapsed()  # the validation itself not included
     data = run.data
-    nll, scores, hyps = validate(
-        run.translator, data.splits.val, data.val_batches, training.autocast
-    )
+    nll = validation_nll(run.translator.model, data.val_batches, training.autocast)
+    scores, hyps = score(run.translator, data.splits.val, beam=1, length_penalty=1.0)
     state.val_history.append(
         {"step": state.step, "seconds": seconds, "loss": nll, "bleu": scores.bleu}
     )
@@ -220,16 +182,22 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
     <key>/<name>/... for the others.
     """
     load_weights(run.model, load_checkpoint(path)["model"], path)
-    decoding = run.cfg.decoding
+    beam, length_penalty = run.cfg.decoding.test_beam, run.cfg.decoding.length_penalty
     suffix = {"test": "", "test_average": ".average"}[key]
-    tests = score_test_sets(
-        run.translator,
-        run.data.splits.tests,
-        decoding.test_beam,
-        decoding.length_penalty,
-        run.run_dir,
-        suffix,
-    )
+    tests = {}
+    for name, pairs in run.data.splits.tests.items():
+        scores, hyps = score(run.translator, pairs, beam, length_penalty)
+        write_text(run.run_dir / f"hyps.{name}{suffix}.txt", "".join(h + "\n" for h in hyps))
+        tests[name] = {**scores.as_dict(), "beam": beam, "length_penalty": length_penalty}
+        log.info(
+            "%s%s (beam %d): BLEU %.2f chrF %.2f | %s",
+            name,
+            suffix,
+            beam,
+            scores.bleu,
+            scores.chrf,
+            scores.bleu_signature,
+        )
     for i, (name, result) in enumerate(tests.items()):
         result["checkpoint"] = path.stem
         prefix = key if i == 0 else f"{key}/{name}"

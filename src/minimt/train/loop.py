@@ -50,11 +50,8 @@ log = logging.getLogger(__name__)
 
 
 class StopRequest:
-    """While entered, the first SIGINT/SIGTERM sets `.signal` instead of killing the process.
-
-    The training loop checks it between steps, saves a checkpoint and exits. A second SIGINT
-    (Ctrl-C pressed again) interrupts at once. Outside the main thread it does nothing.
-    """
+    """While entered, the first SIGINT/SIGTERM sets `.signal` (the loop saves and exits) instead
+    of killing the process; a second SIGINT interrupts at once. No-op off the main thread."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -46,7 +46,7 @@ class TrainState:
     best_val_bleu: float = -1.0
     best_step: int = 0
     val_history: list[dict[str, float]] = field(default_factory=list)
-    # Seq2SeqEmbedding.input_magnitudes of the untrained model (empty in runs saved before it)
+    # Seq2SeqEmbedding.input_magnitudes of the untrained model
     init_magnitudes: dict = field(default_factory=dict)
 
     def count_step(self, tokens: int, batches: int) -> None:
@@ -71,14 +71,8 @@ def patience_reached(
     val_history: Sequence[dict], patience: int | None, min_delta: float
 ) -> str | None:
     """Why to stop now, or None: the last `patience` validations brought no val-BLEU gain of at
-    least `min_delta` (and above 0) over the best validation before them (trainer.patience,
-    trainer.min_delta). A pure function of the history that every checkpoint saves, so a resumed
-    run stops at the same validation as an uninterrupted one.
-
-    `val_history` holds one {"step", "bleu", ...} per validation, oldest first; patience=None
-    never stops. The reason names the step of the best validation of the whole history (the
-    step of best.pt: the first one to reach the highest BLEU).
-    """
+    least `min_delta` (and above 0) over the best validation before them. A pure function of the
+    history every checkpoint saves, so a resumed run stops where an uninterrupted one would."""
     if patience is None or len(val_history) <= patience:
         return None
     before, recent = val_history[:-patience], val_history[-patience:]
@@ -117,12 +111,9 @@ def step_batches(
     ahead on a background thread, stopped when the generator is closed.
     """
     while state.epoch < trainer.max_epochs:
+        batches = train_batches.batches(state.epoch)
         steps = epoch_steps(
-            train_batches.batches(state.epoch),
-            state.epoch_batches,
-            dist.rank,
-            dist.world_size,
-            trainer.accumulate,
+            batches, state.epoch_batches, dist.rank, dist.world_size, trainer.accumulate
         )
         collated = ([train_batches.collate(i) for i in step] for step in steps)
         with closing(prefetched(collated, trainer.prefetch)) as epoch:
