@@ -22,6 +22,7 @@ from minimt.study.length_section import (
     long_input_bleu,
     long_input_table,
 )
+from minimt.study.plan import RATIO_PLOT, answer_plan, plan_runs, plan_table, save_ratio_plot
 from minimt.study.results import CSV_COLUMNS, ConfigResult, Report
 from minimt.study.runs import LONG_PREFIX, Configuration, Run, load_sweep
 from minimt.study.tables import (
@@ -120,7 +121,36 @@ def write_report(report: Report) -> list[Path]:
             {k: "" if v is None else v for k, v in row.items()} for row in report.csv_rows
         )
     (out / "report.md").write_text(markdown(report), encoding="utf-8")
-    return [out / "report.md", out / "report.csv", *save_plots(report)]
+    ratio_plot = [out / RATIO_PLOT] if save_ratio_plot(all_runs(report), out / RATIO_PLOT) else []
+    return [out / "report.md", out / "report.csv", *save_plots(report), *ratio_plot]
+
+
+def all_runs(report: Report) -> list[Run]:
+    return [run for result in report.results for run in result.runs]
+
+
+def plan_section(report: Report) -> list[str]:
+    """The plan's looks (questions.PLAN) with what has run, and the magnitude plot; nothing when
+    no run of the plan's protocol records its arm."""
+    runs = all_runs(report)
+    if not plan_runs(runs):
+        return []
+    text = (
+        "The plan of experiment=study_cpu (`minimt.study.questions.PLAN`, docs/study.md), fixed "
+        "before its runs. Each look is one family: Holm over all its m tests at its alpha, "
+        "tested once every test has all its planned seeds; until then each row shows the "
+        "difference over the seeds in so far, as an estimate. An interaction row is the "
+        "per-seed difference of the two seed-paired differences, tested against 0. The plot "
+        "puts test BLEU against the token : position RMS ratio at the input at init "
+        "(metrics.json input_magnitudes, or the value the config gives for runs that predate "
+        "that record); it is exploratory."
+    )
+    return [
+        "## The plan (experiment=study_cpu)",
+        text,
+        plan_table(answer_plan(runs)),
+        f"![bleu against the magnitude ratio]({RATIO_PLOT})",
+    ]
 
 
 def markdown(report: Report) -> str:
@@ -147,6 +177,7 @@ def markdown(report: Report) -> str:
         "## Verdicts",
         verdict_rules(report),
         verdict_tables(report),
+        *plan_section(report),
         "## Length buckets",
         bucket_text(report),
         "## Parameters per tying level",
