@@ -70,3 +70,20 @@ def test_a_source_longer_than_the_model_allows_is_cut_with_a_warning(tiny, caplo
 
 def test_fit_to_model_keeps_short_sources_unchanged():
     assert fit_to_model([[1, 2], [3, 4, 5, 6]], limit=3) == [[1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_without_the_cache_every_beam_re_reads_the_prefix_and_translates_the_same(
+    tiny, monkeypatch, beam
+):
+    model, tokenizers = tiny
+    cached = translate(model, tokenizers, SENTENCES, beam=beam)
+    uncached = Translator(
+        model, tokenizers, max_len_a=1.0, max_len_b=5, batch_tokens=1000, use_cache=False
+    )
+
+    def no_cache(*args, **kwargs):
+        raise AssertionError("use_cache=False started a decoder cache")
+
+    monkeypatch.setattr(model, "start_decoding", no_cache)
+    assert uncached.translate(SENTENCES, beam=beam) == cached

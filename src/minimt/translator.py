@@ -147,6 +147,12 @@ class Translator:
         if beam == 1:
             return greedy_decode(self.model, src, use_cache=self.use_cache, **specials, **lengths)
         nbest = beam_search(
-            self.model, src, beam=beam, length_penalty=length_penalty, **specials, **lengths
+            self.model,
+            src,
+            beam=beam,
+            length_penalty=length_penalty,
+            use_cache=self.use_cache,
+            **specials,
+            **lengths,
         )
         return [hyps[0].tokens for hyps in nbest]
