@@ -7,10 +7,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minimt import atomic
 from minimt.atomic import WriteError, atomic_write, write_text
@@ -23,11 +26,12 @@ from minimt.checkpoint import (
     save_json,
 )
 from minimt.cli import one_line, one_line_errors
-from minimt.data.tokenizer import TokenizerPair, train_bpe
+from minimt.data.tokenizer import DamagedTokenizer, TokenizerPair, train_bpe
 from minimt.errors import MinimtError, NotFound
 from minimt.rundir import checkpoint_dir
 from tests.helpers import REPO, tiny_run_overrides
 
+TOKENIZER = train_bpe(["Ein Hund rennt.", "A dog runs.", "Zwei Katzen schlafen."] * 5, 300)
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
 ENV.pop("HYDRA_FULL_ERROR", None)
 
@@ -123,6 +127,35 @@ def test_a_truncated_checkpoint_names_the_file_and_the_checkpoints_that_load(run
     # ... and the name it suggests works
     done = run_script("translate.py", f"run={run_copy}", f"checkpoint={older[0]}", stdin=b"Ein\n")
     assert done.returncode == 0 and done.stdout.strip(), done.stderr.decode()
+
+
+@pytest.mark.slow
+def test_a_truncated_tokenizer_names_the_file_and_what_to_do(run_copy):
+    tokenizer = run_copy / "tokenizer.json"
+    tokenizer.write_bytes(tokenizer.read_bytes()[:400])
+    before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
+    line = error_line(run_script("translate.py", f"run={run_copy}", stdin=b"Ein Hund.\n"))
+    assert line.startswith(f"error: {tokenizer} is damaged (")
+    assert "copy it again from the run that trained it" in line
+    assert {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()} == before
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(cut=st.floats(0.0, 0.999), flips=st.lists(st.integers(0, 10**6), max_size=3))
+def test_any_damage_to_a_tokenizer_file_is_one_named_error_or_a_working_tokenizer(cut, flips):
+    with tempfile.TemporaryDirectory() as tmp:
+        TokenizerPair(TOKENIZER, TOKENIZER).save(tmp)
+        path = Path(tmp) / "tokenizer.json"
+        data = bytearray(path.read_bytes())
+        for flip in flips:
+            data[flip % len(data)] ^= 0x5A
+        path.write_bytes(bytes(data[: max(1, int(len(data) * cut))]))
+        try:
+            pair = TokenizerPair.load(tmp)
+        except DamagedTokenizer as error:
+            assert str(path) in str(error) and "\n" not in str(error)
+        else:
+            assert pair.src.get_vocab_size() > 0
 
 
 class RunsCode:

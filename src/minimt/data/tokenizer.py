@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from minimt.atomic import write_text
 from minimt.data.corpus import ParallelFiles
-from minimt.errors import NotFound
+from minimt.errors import MinimtError, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +115,27 @@ class TokenizerPair:
         run_dir = Path(run_dir)
         joint, src, tgt = run_dir / JOINT_FILE, run_dir / SRC_FILE, run_dir / TGT_FILE
         if joint.is_file():
-            shared = Tokenizer.from_file(str(joint))
+            shared = read_tokenizer(joint)
             return cls(shared, shared)
         if src.is_file() and tgt.is_file():
-            return cls(Tokenizer.from_file(str(src)), Tokenizer.from_file(str(tgt)))
+            return cls(read_tokenizer(src), read_tokenizer(tgt))
         raise NotFound(f"no tokenizer in {run_dir}: expected {joint}, or {src} and {tgt}")
+
+
+class DamagedTokenizer(MinimtError):
+    """A tokenizer file that is cut short, edited or not a tokenizer at all."""
+
+
+def read_tokenizer(path: Path) -> Tokenizer:
+    """The tokenizer saved at `path`; a file that does not parse is a DamagedTokenizer naming it."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception for any bad file
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DamagedTokenizer(
+            f"{path} is damaged ({first}): copy it again from the run that trained it; the "
+            "model's checkpoints only work with the tokenizer they were trained with"
+        ) from error
 
 
 def build_tokenizers(
