@@ -26,7 +26,8 @@ from minimt.checkpoint import (
     save_json,
 )
 from minimt.cli import one_line, one_line_errors
-from minimt.data.tokenizer import DamagedTokenizer, TokenizerPair, train_bpe
+from minimt.data.corpus import DataError
+from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.errors import MinimtError, NotFound
 from minimt.rundir import checkpoint_dir
 from tests.helpers import REPO, tiny_run_overrides
@@ -152,7 +153,7 @@ def test_any_damage_to_a_tokenizer_file_is_one_named_error_or_a_working_tokenize
         path.write_bytes(bytes(data[: max(1, int(len(data) * cut))]))
         try:
             pair = TokenizerPair.load(tmp)
-        except DamagedTokenizer as error:
+        except DataError as error:
             assert str(path) in str(error) and "\n" not in str(error)
         else:
             assert pair.src.get_vocab_size() > 0

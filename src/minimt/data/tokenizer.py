@@ -18,8 +18,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from minimt.atomic import write_text
-from minimt.data.corpus import ParallelFiles
-from minimt.errors import MinimtError, NotFound
+from minimt.data.corpus import DataError, ParallelFiles
+from minimt.errors import NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -122,17 +122,13 @@ class TokenizerPair:
         raise NotFound(f"no tokenizer in {run_dir}: expected {joint}, or {src} and {tgt}")
 
 
-class DamagedTokenizer(MinimtError):
-    """A tokenizer file that is cut short, edited or not a tokenizer at all."""
-
-
 def read_tokenizer(path: Path) -> Tokenizer:
-    """The tokenizer saved at `path`; a file that does not parse is a DamagedTokenizer naming it."""
+    """The tokenizer saved at `path`; a file that does not parse is a DataError naming it."""
     try:
         return Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises a bare Exception for any bad file
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DamagedTokenizer(
+        raise DataError(
             f"{path} is damaged ({first}): copy it again from the run that trained it; the "
             "model's checkpoints only work with the tokenizer they were trained with"
         ) from error

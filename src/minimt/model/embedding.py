@@ -44,17 +44,10 @@ class PositionalEncoding(nn.Module):
         (-inf where j > i when causal), or None."""
         return None
 
-    @property
-    def adds(self) -> bool:
-        return type(self).add is not PositionalEncoding.add
-
-    @property
-    def rotates(self) -> bool:
-        return type(self).rotate is not PositionalEncoding.rotate
-
-    @property
-    def biases(self) -> bool:
-        return type(self).bias is not PositionalEncoding.bias
+    # What the model asks: which of the three a subclass overrides.
+    adds = property(lambda self: type(self).add is not PositionalEncoding.add)
+    rotates = property(lambda self: type(self).rotate is not PositionalEncoding.rotate)
+    biases = property(lambda self: type(self).bias is not PositionalEncoding.bias)
 
     @staticmethod
     def problem(d_model: int, n_heads: int) -> str | None:
@@ -264,19 +257,13 @@ class Seq2SeqEmbedding(nn.Module):
             )
         self.dropout = nn.Dropout(dropout)
 
-    @property
-    def src_positions(self) -> PositionalEncoding:
-        """The source side's positional encoding."""
-        return (
-            self.positions["src"] if isinstance(self.positions, nn.ModuleDict) else self.positions
-        )
+    def side_positions(self, side: str) -> PositionalEncoding:
+        """The positional encoding of side "src" or "tgt" (one module when both use one)."""
+        shared = not isinstance(self.positions, nn.ModuleDict)
+        return self.positions if shared else self.positions[side]
 
-    @property
-    def tgt_positions(self) -> PositionalEncoding:
-        """The target side's positional encoding (the source's when both sides use one)."""
-        return (
-            self.positions["tgt"] if isinstance(self.positions, nn.ModuleDict) else self.positions
-        )
+    src_positions = property(lambda self: self.side_positions("src"))
+    tgt_positions = property(lambda self: self.side_positions("tgt"))
 
     @property
     def tgt_token_weight(self) -> nn.Parameter:

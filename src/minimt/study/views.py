@@ -125,7 +125,7 @@ def positional_table(model: Transformer, side: str = "src") -> Tensor | None:
     """(max_seq_len, d_model): what the positional encoding of side "src" or "tgt" adds at each
     position, or None when it adds nothing (it acts on attention instead, or there is none)."""
     embedding = model.embedding
-    encoding = embedding.src_positions if side == "src" else embedding.tgt_positions
+    encoding = embedding.side_positions(side)
     if not encoding.adds:
         return None
     weight = embedding.tgt_token_weight
