@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from minimt.model.embedding import sinusoidal_table
 from minimt.study.questions import PLAN, PLAN_PROTOCOL, Interaction, Look, PlannedTest
-from minimt.study.runs import Run
+from minimt.study.runs import LEARNED_INIT_STD, SINUSOID_SCALE, Run
 from minimt.study.significance import PairedDifference, holm, paired_difference
 from minimt.study.tables import interval_cell, markdown_table, p_cell
 
@@ -151,9 +151,9 @@ def init_ratio(run: Run) -> float | None:
     token = std * (math.sqrt(d_model) if cfg.embedding.scale else 1.0)
     if cfg.pe.encoder == "sinusoidal":
         table = sinusoidal_table(cfg.data.max_train_len + 1, d_model)
-        position = cfg.pe.get("scale", 1.0) * table.pow(2).mean().sqrt().item()
+        position = cfg.pe.get("scale", SINUSOID_SCALE) * table.pow(2).mean().sqrt().item()
     elif cfg.pe.encoder == "learned":
-        position = cfg.pe.get("init_std", 0.02)
+        position = cfg.pe.get("init_std", LEARNED_INIT_STD)
     else:
         return None
     return token / position

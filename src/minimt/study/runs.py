@@ -3,6 +3,7 @@ metrics, read from a Hydra sweep directory or from the collected runs (docs/stud
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.config import tying_level
 from minimt.data.corpus import read_lines
+from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.study.protocol import AS_CONFIGURED, PROTOCOLS, Protocol, protocol_of
 
 log = logging.getLogger(__name__)
@@ -196,6 +198,16 @@ def protocol_rank(protocol: Protocol) -> tuple:
     )
 
 
+def encoding_default(name: str, option: str):
+    """The default of an encoding's own argument (learned's init_std, sinusoidal's scale), read
+    from its class: the one place it is set."""
+    return inspect.signature(POSITIONAL_ENCODINGS[name]).parameters[option].default
+
+
+LEARNED_INIT_STD = encoding_default("learned", "init_std")
+SINUSOID_SCALE = encoding_default("sinusoidal", "scale")
+
+
 def setting(cfg: DictConfig, key: str):
     """The value of a dotted key, or None where the config has no such key (pe.init_std outside
     pe=learned)."""
@@ -221,8 +233,8 @@ def configuration_of(
             bool(cfg.embedding.scale),
             tying_level(cfg.embedding.share),
             None if init_std is None else float(init_std),
-            None if pos_init_std in (None, 0.02) else float(pos_init_std),
-            None if pos_scale in (None, 1.0) else float(pos_scale),
+            None if pos_init_std in (None, LEARNED_INIT_STD) else float(pos_init_std),
+            None if pos_scale in (None, SINUSOID_SCALE) else float(pos_scale),
         ),
         protocol_of(cfg, precision, device),
     )
