@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.study.collect import collect_runs
+from minimt.study.runs import collect_runs
 
 DEFAULTS = {"sweep": "???", "dest": "docs/study/runs"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"

@@ -10,7 +10,7 @@ configuration table and writes report.md, report.csv and PNG plots into `out`: b
 sweep directory, or for collected runs (scripts/collect_runs.py) the directory above them.
 `test_set` (default: the runs' first) is the headline test set; `bootstrap=0` skips sacreBLEU's
 paired bootstrap. `alpha`, `margin` (BLEU) and `power` are the verdict protocol's settings
-(defaults: minimt.study.verdicts.Rules; docs/study.md says where the margin comes from). Runs
+(defaults: minimt.study.significance.Rules; docs/study.md says where the margin comes from). Runs
 without metrics.json are listed as skipped.
 """
 
@@ -19,8 +19,8 @@ import sys
 
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.study.report import build_report, write_report
-from minimt.study.tables import configuration_table
-from minimt.study.verdicts import Rules
+from minimt.study.sections import configuration_table
+from minimt.study.significance import Rules
 
 RULES = Rules()
 DEFAULTS = {

@@ -23,7 +23,7 @@ from minimt.cli import one_line_errors
 from minimt.config import register_resolvers
 from minimt.rundir import finished_run, interrupted_run
 from minimt.runtime import reexec_with_mimalloc
-from minimt.study.hook import study_hooks
+from minimt.study.views import study_hooks
 from minimt.train.loop import Interrupted, train
 
 log = logging.getLogger("minimt")
@@ -81,7 +81,7 @@ def main(cfg: DictConfig) -> float | None:
             finished = finished_run(run_dir, cfg)
             if finished is not None:
                 log.info("skipped: %s already finished (metrics.json)", run_dir)
-                return finished["best_val_bleu"]
+                return finished.get("best_val_bleu")
             if interrupted_run(run_dir):
                 cfg.resume = run_dir
         choices = RecordChoices(dict(HydraConfig.get().runtime.choices))

@@ -33,7 +33,7 @@ def multi30k_dir() -> Path:
 @pytest.fixture(scope="session")
 def smoke_run(multi30k_dir, tmp_path_factory):
     """One `experiment=smoke` training run on the real corpus, shared by the tests that read it."""
-    from minimt.study.hook import study_hooks
+    from minimt.study.views import study_hooks
     from minimt.train.loop import train
     from tests.helpers import compose_config
 

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from minimt.config import ConfigError, validate_config
 from minimt.model.embedding import POSITIONAL_ENCODINGS, PositionalEncoding
-from minimt.study.hook import study_hooks
+from minimt.study.views import study_hooks
 from minimt.train.loop import train
 from tests.helpers import compose_config, tiny_run_overrides, tiny_transformer
 

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from minimt.study.lengths import DEFAULT_EDGES, bleu_by_bucket, join_consecutive, length_buckets
+from minimt.study.report import DEFAULT_EDGES, bleu_by_bucket, length_buckets
+from minimt.study.views import join_consecutive
 
 
 def test_join_consecutive_joins_k_pairs_and_drops_the_incomplete_tail():

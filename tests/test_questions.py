@@ -3,7 +3,6 @@ experiment config and precision it trained with."""
 
 import pytest
 
-from minimt.study.protocol import AS_CONFIGURED, protocol_of
 from minimt.study.questions import (
     FIRST_SEEDS,
     PLAN,
@@ -13,7 +12,7 @@ from minimt.study.questions import (
     exploratory,
     planned_alpha,
 )
-from minimt.study.runs import configuration_of
+from minimt.study.runs import AS_CONFIGURED, configuration_of, protocol_of
 from tests.helpers import REPO, compose_config
 
 

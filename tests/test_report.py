@@ -9,15 +9,12 @@ import statistics
 
 import pytest
 
-import minimt.study.compare
 import minimt.study.runs
-from minimt.study.collect import collect_runs
-from minimt.study.protocol import AS_CONFIGURED, PROTOCOLS, Protocol
-from minimt.study.report import ReportError, build_report, write_report
-from minimt.study.results import ConfigResult
-from minimt.study.runs import Run
+import minimt.study.significance
+from minimt.study.report import ConfigResult, ReportError, build_report, write_report
+from minimt.study.runs import AS_CONFIGURED, PROTOCOLS, Protocol, Run, collect_runs
+from minimt.study.sections import untrained_rows
 from minimt.study.significance import holm
-from minimt.study.tables import untrained_rows
 from scripts.report import main
 
 WORDS = "a dog man woman child runs sits on the in green red field street ball water".split()
@@ -60,12 +57,12 @@ LONG_PAIRS = {
 @pytest.fixture(autouse=True)
 def long_references(monkeypatch):
     """The long_* test sets' references, fabricated (the others are read from the data files)."""
-    read = minimt.study.compare.read_test_pairs
+    read = minimt.study.significance.read_test_pairs
 
     def fake(data, name):
         return LONG_PAIRS[name] if name in LONG_PAIRS else read(data, name)
 
-    monkeypatch.setattr(minimt.study.compare, "read_test_pairs", fake)
+    monkeypatch.setattr(minimt.study.significance, "read_test_pairs", fake)
 
 
 def saved_config(slug: str, seed: int, data: dict) -> dict:
@@ -426,9 +423,9 @@ def test_a_protocol_names_its_missing_runs_and_its_untested_family(sweep, tmp_pa
 
 def test_unread_references_are_said_once_and_keep_their_columns(sweep, monkeypatch):
     def unreadable(data, name):
-        raise minimt.study.compare.DataError(f"no {name} here")
+        raise minimt.study.significance.DataError(f"no {name} here")
 
-    monkeypatch.setattr(minimt.study.compare, "read_test_pairs", unreadable)
+    monkeypatch.setattr(minimt.study.significance, "read_test_pairs", unreadable)
     report = build_report(sweep, None, resamples=200)
     text = build_markdown(report)
     assert report.unread_references == [(n, f"no {n} here") for n in sorted(("test", *LONG_SETS))]

@@ -6,11 +6,11 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from minimt.study.collect import collect_runs
 from minimt.study.runs import (
     Configuration,
     DataRegime,
     Embedding,
+    collect_runs,
     configuration_of,
     load_sweep,
 )

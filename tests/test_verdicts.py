@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from minimt.study.significance import paired_difference
-from minimt.study.verdicts import (
+from minimt.study.significance import (
     NONZERO,
     Rules,
     detectable_difference,
     family_verdicts,
+    paired_difference,
     pooled_sd,
     power_of_difference,
     seeds_for_difference,

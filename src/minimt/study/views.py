@@ -1,16 +1,20 @@
-"""TensorBoard views of what each embedding choice does to a trained model.
+"""The study's figures: the training hook's TensorBoard views of what each embedding choice does
+to the model (none changes the weights), with scores of joined inputs (decoding.long_inputs), which
+scripts/train.py installs unless `views: false`; and the report's PNG plots (matplotlib's Agg)."""
 
-HPARAMS (the study's settings against its scores), the target table in the Projector, the
-positional table and its position-to-position similarity, token vs positional norms, and
-cross-attention heatmaps. None changes the weights (cross_attention sets eval mode, as validation
-does).
-"""
+from __future__ import annotations
 
 import inspect
+import logging
+from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 from tokenizers import Tokenizer
@@ -18,40 +22,82 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.config import SHARE_LEVELS, tying_level
+from minimt.data.corpus import Pairs
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
 from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import MultiHeadAttention, Transformer
+from minimt.train.evaluation import Hook, RunContext, score
+from minimt.translator import Translator
 
-FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when TensorBoard scales it
+log = logging.getLogger(__name__)
+
+ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each validation draws
+FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when scaled to fit
 
 
-def hparam_domains() -> dict[str, list[str]]:
-    """Every value each named hyperparameter can take (the encodings registered now):
-    TensorBoard offers them as checkboxes."""
-    encodings = list(POSITIONAL_ENCODINGS)
-    return {
-        "pe": encodings,
-        "pe.encoder": encodings,
-        "pe.decoder": encodings,
-        "scale": ["false", "true"],
-        "share": list(SHARE_LEVELS),
-    }
+class StudyViews:
+    """At each validation: the positional views, the embedding norms and the cross-attention of
+    the first validation sentences. At the end: joined-input scores (metrics.json "long_inputs")
+    when `long_inputs` is not empty, the Projector table and HPARAMS."""
+
+    def __init__(self, long_inputs: Sequence[int]):
+        self.long_inputs = list(long_inputs)
+
+    def on_validation(self, run: RunContext, step: int) -> None:
+        n_val = len(run.data.val_batches.pairs)
+        batch = run.data.val_batches.collate(range(min(ATTENTION_SENTENCES, n_val)))
+        log_positional_views(run.writer, run.model, step)
+        log_embedding_norms(run.writer, run.model, batch.src.to(run.device), step)
+        log_cross_attention(
+            run.writer, run.model, batch.src, batch.tgt_in, step, run.data.tokenizers
+        )
+
+    def on_finish(self, run: RunContext, metrics: dict) -> None:
+        if self.long_inputs:
+            tests = run.data.splits.tests
+            metrics["long_inputs"] = score_long_inputs(run.translator, tests, self.long_inputs)
+        log_embedding_projector(run.writer, run.model, run.data.tokenizers, metrics["steps"])
+        log_hparams(run.writer, run.cfg, metrics)  # last: it flushes the writer first
+
+
+def study_hooks(cfg: DictConfig) -> list[Hook]:
+    """The hooks scripts/train.py installs: the study's views unless `views: false`."""
+    return [StudyViews(cfg.decoding.long_inputs)] if cfg.views else []
+
+
+def join_consecutive(pairs: Pairs, k: int) -> Pairs:
+    """Each k consecutive pairs joined with a space, source and target alike; an incomplete group
+    at the end is dropped."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    usable = len(pairs[0]) - len(pairs[0]) % k
+    src, tgt = ([" ".join(side[i : i + k]) for i in range(0, usable, k)] for side in pairs)
+    return src, tgt
+
+
+def score_long_inputs(
+    translator: Translator, tests: dict[str, Pairs], joins: Sequence[int]
+) -> dict[str, dict]:
+    """Greedy scores on each test set with k consecutive sentences joined into one input."""
+    results: dict[str, dict] = {}
+    for name, pairs in tests.items():
+        results[name] = {}
+        for k in joins:
+            joined = join_consecutive(pairs, k)
+            scores, _ = score(translator, joined, beam=1, length_penalty=1.0)
+            words = sum(len(line.split()) for line in joined[0]) / max(len(joined[0]), 1)
+            results[name][str(k)] = dict(bleu=scores.bleu, chrf=scores.chrf, mean_src_words=words)
+        bleus = ", ".join(f"k={k} BLEU {r['bleu']:.2f}" for k, r in results[name].items())
+        log.info("%s, k sentences joined: %s", name, bleus)
+    return results
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
-    """One row of the HPARAMS tab: the embedding choices, data and optimiser settings -> scores.
-
-    Booleans and names are strings with their discrete domain (hparam_domains): TensorBoard
-    reads the columns and their filters from one run's declaration, so every run declares
-    every possible value (a bool would show as 1.0000 with a numeric filter). Optional numbers
-    are strings too ("all" for null), since a missing value would drop the column.
-
-    metrics is what training writes to metrics.json: best_val_bleu, the validation loss at that
-    step and the first test set's BLEU (left out when there is none; test_average's as well
-    when there is one). Written into the writer's own folder, so TensorBoard pairs the row with
-    the run's curves; the writer is flushed first because the row goes to a second event file
-    there: call this last.
-    """
+    """One row of the HPARAMS tab: embedding, data and optimiser settings -> best val BLEU, the
+    val loss at that step, the first test set's (and test_average's) BLEU. Names and booleans are
+    strings with every value declared, as TensorBoard reads a column's filter from one run;
+    optional numbers too ("all" for null: a missing value drops the column). Call it last: it
+    flushes the writer, as the row goes to a second event file in the writer's folder."""
     init_std = cfg.embedding.init_std
     hparams = {
         "pe": cfg.pe.name,
@@ -69,6 +115,9 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         "vocab_size": cfg.tokenizer.vocab_size,
         "langs": f"{cfg.data.src_lang}-{cfg.data.tgt_lang}",
     }
+    encodings = list(POSITIONAL_ENCODINGS)  # those registered now
+    domains = {"pe": encodings, "pe.encoder": encodings, "pe.decoder": encodings}
+    domains |= {"scale": ["false", "true"], "share": list(SHARE_LEVELS)}
     best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
     scores = {"hparam/best_val_bleu": metrics["best_val_bleu"]}
     if best:
@@ -77,22 +126,16 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         if metrics.get(key):
             scores[f"hparam/{key}_bleu"] = next(iter(metrics[key].values()))["bleu"]
     writer.flush()
-    writer.add_hparams(
-        hparams, scores, hparam_domains(), run_name=".", global_step=metrics["steps"]
-    )
+    writer.add_hparams(hparams, scores, domains, run_name=".", global_step=metrics["steps"])
 
 
 def optional_number(value: int | None) -> str:
-    """An optional size as an HPARAMS string: "all" for null (no limit), else the number."""
     return "all" if value is None else str(value)
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """One readable single-line label per id: its decoded text with spaces shown as '▁'.
-
-    A byte-level token that is part of a multi-byte character decodes to U+FFFD: its BPE symbol
-    is shown instead. Tabs, newlines and other control characters are escaped ('\\t').
-    """
+    """A readable one-line label per id: its text, spaces as '▁', control characters escaped
+    ('\\t'), or its BPE symbol where it is part of a multi-byte character (U+FFFD)."""
     texts = tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False)
     labels = []
     for i, text in zip(ids, texts, strict=True):
@@ -109,33 +152,29 @@ def log_embedding_projector(
     step: int,
     max_tokens: int = 10_000,
 ) -> None:
-    """The target table's first max_tokens rows (N, d_model) in the Projector, BPE tokens as labels.
-
-    With share_embeddings it is also the source table and the output projection. The Projector
-    reads a text table: values are rounded to 4 decimals (in float64, so that they print short),
-    which makes it 2.5x smaller.
-    """
+    """The target table's first max_tokens rows in the Projector, BPE tokens as labels; rounded
+    (in float64, to print short) as the Projector reads a text table."""
     table = model.embedding.tgt_token_weight[:max_tokens].detach().cpu().double()  # (N, d_model)
-    table = table.round(decimals=4)
     labels = token_labels(tokenizers.tgt, range(table.size(0)))
-    writer.add_embedding(table, metadata=labels, global_step=step, tag="tgt_tokens")
+    writer.add_embedding(
+        table.round(decimals=4), metadata=labels, global_step=step, tag="tgt_tokens"
+    )
 
 
 def positional_table(model: Transformer, side: str = "src") -> Tensor | None:
-    """(max_seq_len, d_model): what the positional encoding of side "src" or "tgt" adds at each
-    position, or None when it adds nothing (it acts on attention instead, or there is none)."""
+    """(max_seq_len, d_model): what side "src" or "tgt"'s positional encoding adds at each
+    position; None when it adds nothing (it acts on attention, or there is none)."""
     embedding = model.embedding
     encoding = embedding.side_positions(side)
     if not encoding.adds:
         return None
-    weight = embedding.tgt_token_weight
-    zeros = weight.new_zeros(1, embedding.max_seq_len, embedding.d_model)
+    zeros = embedding.tgt_token_weight.new_zeros(1, embedding.max_seq_len, embedding.d_model)
     with torch.no_grad():
         return encoding.add(zeros, 0)[0]
 
 
 def cosine_similarity_matrix(table: Tensor) -> Tensor:
-    """(P, d) rows -> (P, P) cosine similarity of every pair of rows (ones on the diagonal)."""
+    """(P, d) rows -> (P, P) cosine similarity of every pair of rows."""
     unit = F.normalize(table, dim=1)
     return unit @ unit.T
 
@@ -144,14 +183,9 @@ def cosine_similarity_matrix(table: Tensor) -> Tensor:
 def log_positional_views(
     writer: SummaryWriter, model: Transformer, step: int, max_positions: int = 128
 ) -> None:
-    """Images of the positional table (positions x dims) and of its (P, P) cosine similarity.
-
-    Sinusoidal: fixed bands, similarity falling off with distance; learned: what training made
-    of it (positions beyond the training lengths stay at their random init). Sides with one
-    encoding share one module, drawn under positions/; sides that differ are drawn under
-    positions/src/ and positions/tgt/. A side whose module adds no table (`none`, RoPE, ALiBi) is
-    not drawn.
-    """
+    """The positional table (positions x dims) and its cosine similarity, as images: under
+    positions/, or positions/src/ and positions/tgt/ when the sides differ; none for a side
+    whose encoding adds no table."""
     embedding = model.embedding
     shared = embedding.src_positions is embedding.tgt_positions
     sides = {"positions": "src"} if shared else {"positions/src": "src", "positions/tgt": "tgt"}
@@ -170,14 +204,8 @@ def log_positional_views(
 
 @torch.no_grad()
 def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, step: int) -> None:
-    """Mean L2 norm over the real tokens of src (B, S) of the embedding's two parts.
-
-    embedding/token_norm: the lookup times the scale (sqrt(d_model) or 1);
-    embedding/position_norm: what the source's positional module adds to it (0 for `none`, RoPE
-    and ALiBi);
-    embedding/token_to_position: their ratio, when the positional part is not 0. Scaling decides
-    which part dominates the sum the first layer sees.
-    """
+    """Mean L2 norm over the real tokens of src (B, S) of the token part (lookup x scale) and the
+    positional part of the embedding, and their ratio when the positional part is not 0."""
     embedding = model.embedding
     src = src.to(embedding.tgt_token_weight.device)
     tokens = embedding.src_tokens(src) * embedding.scale  # (B, S, d_model)
@@ -193,11 +221,9 @@ def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, 
 
 @torch.no_grad()
 def cross_attention(model: Transformer, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
-    """Teacher-forced cross-attention weights of every decoder layer, each (B, h, T, S).
-
-    SDPA returns no weights: forward hooks catch each cross_attn's inputs during model.decode
-    and MultiHeadAttention.weights recomputes them. Puts the model in eval mode, as validation does.
-    """
+    """Teacher-forced cross-attention weights of every decoder layer, each (B, h, T, S), in eval
+    mode. SDPA returns no weights: forward hooks catch each cross_attn's inputs and
+    MultiHeadAttention.weights recomputes them."""
     model.eval()
     weights = []
 
@@ -233,20 +259,13 @@ def log_cross_attention(
     device = model.embedding.tgt_token_weight.device
     probs = cross_attention(model, src.to(device), tgt_in.to(device))[layer]  # (B, h, T, S)
     probs = probs.mean(dim=1).float().cpu()  # (B, T, S)
+    title = f"cross-attention, decoder layer {layer % len(model.decoder_layers)}"
     for i, (src_ids, tgt_ids) in enumerate(zip(src.tolist(), tgt_in.tolist(), strict=True)):
         s = sum(t != model.pad_id for t in src_ids)
         t = sum(t != model.pad_id for t in tgt_ids)
         predicted = [*tgt_ids[1:t], EOS_ID]  # query t predicts tgt_in[t + 1]
-        figure = heatmap(
-            probs[i, :t, :s],
-            f"cross-attention, decoder layer {layer % len(model.decoder_layers)}",
-            "source",
-            "target",
-            0.0,
-            1.0,
-            token_labels(tokenizers.src, src_ids[:s]),
-            token_labels(tokenizers.tgt, predicted),
-        )
+        labels = token_labels(tokenizers.src, src_ids[:s]), token_labels(tokenizers.tgt, predicted)
+        figure = heatmap(probs[i, :t, :s], title, "source", "target", 0.0, 1.0, *labels)
         writer.add_figure(f"cross_attention/{i}", figure, step)
 
 
@@ -260,27 +279,18 @@ def heatmap(
     xticklabels: list[str] | None = None,
     yticklabels: list[str] | None = None,
 ) -> Figure:
-    """(H, W) values as a colour-mapped figure on [vmin, vmax] (a diverging map when vmin is
-    negative); tick labels one per cell when given.
-
-    Drawn for reading at FIGURE_DPI: a few inches wide with 9-10 pt text, so that the text stays
-    legible when TensorBoard fits the image into its card; with token labels each cell gets
-    0.2 inch, room for an 8 pt label (shown full size with the card's "actual size" button).
-    """
+    """(H, W) values as a colour-mapped figure on [vmin, vmax] (diverging when vmin < 0), a tick
+    label per cell when given: a few inches wide with 9-10 pt text, legible when TensorBoard fits
+    it into its card; with labels 0.2 inch per cell, room for an 8 pt label."""
     rows, cols = values.shape
     size = (2.2 + 0.2 * cols, 1.4 + 0.2 * rows) if xticklabels else (4.2, 3.2)
     figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
     ax = figure.add_subplot()
+    cmap = "RdBu_r" if vmin < 0 else "viridis"
     image = ax.imshow(
-        values.numpy(),
-        cmap="RdBu_r" if vmin < 0 else "viridis",
-        vmin=vmin,
-        vmax=vmax,
-        aspect="auto",
-        interpolation="nearest",
+        values.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest"
     )
-    colorbar = figure.colorbar(image, ax=ax)
-    colorbar.ax.tick_params(labelsize=9)
+    figure.colorbar(image, ax=ax).ax.tick_params(labelsize=9)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_ylabel(ylabel, fontsize=9)
@@ -290,3 +300,100 @@ def heatmap(
     if yticklabels:
         ax.set_yticks(range(rows), yticklabels, fontsize=8)
     return figure
+
+
+def figure_of(columns: int, panel: tuple[float, float] = (5.0, 3.6)) -> tuple[Figure, list[Axes]]:
+    """A row of panels, by default 5 x 3.6 inches: at FIGURE_DPI, 750 pixels wide with 10 pt text,
+    so a two-panel plot scaled to a page's width (~900 pixels) still has legible labels."""
+    figure = Figure(figsize=(panel[0] * columns, panel[1]), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, list(figure.subplots(1, columns, squeeze=False)[0])
+
+
+def finish(axes: Axes, xlabel: str, ylabel: str, title: str) -> None:
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    if axes.lines:
+        axes.legend(fontsize="small")
+    axes.grid(alpha=0.3)
+
+
+def save_test_bleu(rows: Sequence[dict], path: Path, test_set: str) -> None:
+    """Test BLEU per configuration: bars at the mean, error bars of one std over seeds."""
+    figure, (axes,) = figure_of(1)
+    x = np.arange(len(rows))
+    errors = [row["test_bleu_std"] or 0.0 for row in rows]
+    axes.bar(x, [row["test_bleu_mean"] for row in rows], yerr=errors, capsize=4)
+    axes.set_xticks(x, [row["slug"] for row in rows], rotation=20, ha="right")
+    axes.set_ylabel(f"{test_set} BLEU")
+    axes.set_title("mean ± std over seeds")
+    figure.savefig(path, dpi=FIGURE_DPI)
+
+
+def group_styles(groups: dict[str, str]) -> dict[str, dict]:
+    """Plot keywords per line label, `groups` mapping label -> group in drawing order: colour by
+    group (the encoding), line style by rank within it."""
+    names, seen = sorted(set(groups.values())), defaultdict(int)
+    styles = {}
+    for label, group in groups.items():
+        dash = ["-", "--", ":", "-."][seen[group] % 4]
+        styles[label] = {"color": f"C{names.index(group) % 10}", "linestyle": dash, "label": label}
+        seen[group] += 1
+    return styles
+
+
+def save_seed_curves(
+    curves: dict[str, list[list[tuple[int, float]]]], groups: dict[str, str], path: Path, title: str
+) -> None:
+    """Validation BLEU vs step per labelled configuration, (step, BLEU) per seed: the mean over
+    seeds at the steps every seed has, shaded from the lowest seed to the highest."""
+    figure, (axes,) = figure_of(1)
+    styles = group_styles(groups)
+    for label, seeds in curves.items():
+        by_step = [dict(curve) for curve in seeds]
+        steps = sorted(set.intersection(*(set(values) for values in by_step)))
+        values = np.array([[v[step] for step in steps] for v in by_step])  # (seeds, steps)
+        axes.plot(steps, values.mean(0), **styles[label])
+        colour = styles[label]["color"]
+        axes.fill_between(steps, values.min(0), values.max(0), color=colour, alpha=0.15)
+    finish(axes, "step", "validation BLEU (greedy)", f"{title}: mean over seeds, min to max")
+    figure.savefig(path, dpi=FIGURE_DPI)
+
+
+def save_bucket_curves(
+    panels: dict[str, dict[str, list[tuple[str, float | None]]]], groups: dict[str, str], path: Path
+) -> None:
+    """BLEU vs length bucket: a panel per title, in each a line per label through its (bucket,
+    BLEU) points (None: no sentence in the bucket)."""
+    figure, axes = figure_of(len(panels))
+    styles = group_styles(groups)
+    for ax, (title, lines) in zip(axes, panels.items(), strict=True):
+        for label, points in lines.items():
+            bleu = [np.nan if b is None else b for _, b in points]
+            ax.plot([bucket for bucket, _ in points], bleu, marker="o", **styles[label])
+        finish(ax, "source length (words)", "test BLEU (beam)", title)
+    figure.savefig(path, dpi=FIGURE_DPI)
+
+
+def save_ratio_plot(points: dict[str, list[tuple[float, float]]], path: Path) -> None:
+    """Test BLEU against the init ratio (log scale), `points` holding each encoding's (ratio,
+    BLEU) per run of the plan's protocol on full data."""
+    figure, (axes,) = figure_of(1, (6.0, 4.0))
+    for pe, xy in sorted(points.items()):
+        axes.scatter(*zip(*xy, strict=True), label=pe, alpha=0.8)
+    axes.set_xscale("log")
+    axes.legend(fontsize="small")  # finish's legend is for lines
+    xlabel = "token : position RMS at the input, at init (source side)"
+    title = "experiment=study_cpu, full data: one point per run (exploratory)"
+    finish(axes, xlabel, "test BLEU", title)
+    figure.savefig(path, dpi=FIGURE_DPI)
+
+
+def save_time_to_bleu(curves: dict[str, list[tuple[float, float]]], path: Path) -> None:
+    """Validation BLEU vs training minutes, one line per system; `curves` holds (seconds, BLEU)."""
+    figure, (axes,) = figure_of(1)
+    for name, points in curves.items():
+        axes.plot([s / 60 for s, _ in points], [b for _, b in points], marker="o", label=name)
+    finish(axes, "training minutes", "validation BLEU (greedy)", "BLEU against wall-clock time")
+    figure.savefig(path, dpi=FIGURE_DPI)
