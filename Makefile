@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 ARGS ?=
 
-.PHONY: setup train test test-fast lint
+.PHONY: setup train test test-fast fuzz lint
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -28,6 +28,11 @@ test: setup
 test-fast: setup
 	$(PY) -m ruff check src scripts tests
 	$(PY) -m pytest -q -m "not slow"
+
+# The fuzz suites with 20 times the cases of `make test`, freshly drawn on every run.
+fuzz: setup
+	MINIMT_FUZZ=long $(PY) -m pytest -q tests/test_fuzz_inputs.py tests/test_fuzz_run_directory.py \
+		tests/test_fuzz_config.py
 
 lint: setup
 	$(PY) -m ruff check src scripts tests

@@ -12,7 +12,6 @@ trainer.batch_tokens) only changes speed.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +23,21 @@ from omegaconf import DictConfig, ListConfig
 from minimt.atomic import write_text
 from minimt.checkpoint import average_last_checkpoints, save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
+from minimt.config import (
+    at_least,
+    non_negative_number,
+    one_of,
+    optional,
+    optional_positive_int,
+    path,
+    positive_int,
+    positive_int_list,
+    split_names,
+)
 from minimt.data.corpus import read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.metrics import CorpusScores, corpus_scores
-from minimt.rundir import checkpoint_dir
+from minimt.rundir import checkpoint_dir, read_metrics
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -42,6 +52,19 @@ DEFAULTS = {
     "out": None,
     "batch_tokens": None,
     "device": "auto",
+}
+RULES = {
+    "run": path,
+    "checkpoint": path,
+    "average": optional(at_least(2)),
+    "split": optional(lambda v: None if isinstance(v, str) and v else split_names(v)),
+    "beam": lambda v: positive_int(v) and positive_int_list(v),
+    "length_penalty": non_negative_number,
+    "src": optional(path),
+    "ref": optional(path),
+    "out": optional(path),
+    "batch_tokens": optional_positive_int,
+    "device": one_of(("auto", "cpu", "cuda")),
 }
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
@@ -92,9 +115,10 @@ def evaluate_sets(
 
 
 def record_evaluations(
-    metrics_path: Path, evaluations: list[Evaluation], checkpoint: str, length_penalty: float
+    run: Path, metrics: dict, evaluations: list[Evaluation], checkpoint: str, length_penalty: float
 ) -> None:
-    """Add the scored evaluations to metrics.json under "eval" (created if missing)."""
+    """Add the scored evaluations to the run's metrics (read before any work) under "eval", and
+    save them as its metrics.json."""
     results = {
         f"{e.name}.beam{e.beam}.{checkpoint}": {
             **e.scores.as_dict(),
@@ -109,9 +133,8 @@ def record_evaluations(
     }
     if not results:
         return
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
     metrics.setdefault("eval", {}).update(results)
-    save_json(metrics_path, metrics)
+    save_json(run / "metrics.json", metrics)
 
 
 def as_list(value) -> list | None:
@@ -122,9 +145,10 @@ def as_list(value) -> list | None:
 
 @one_line_errors
 def main(argv: list[str]) -> None:
-    args = parse_args(DEFAULTS, argv, USAGE)
+    args = parse_args(DEFAULTS, argv, USAGE, RULES)
     setup_logging()
     run = Path(args.run)
+    metrics = read_metrics(checkpoint_dir(run).parent) or {}  # a damaged one stops us before work
     checkpoint = args.checkpoint
     if args.average:
         average_last_checkpoints(checkpoint_dir(run), args.average)
@@ -139,7 +163,7 @@ def main(argv: list[str]) -> None:
         translator, sets, as_list(args.beam), args.length_penalty, hyps_path
     )
     print_table(evaluations, checkpoint)
-    record_evaluations(run / "metrics.json", evaluations, checkpoint, args.length_penalty)
+    record_evaluations(run, metrics, evaluations, checkpoint, args.length_penalty)
 
 
 def print_table(evaluations: list[Evaluation], checkpoint: str) -> None:

@@ -8,6 +8,14 @@ import sys
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args, setup_logging
+from minimt.config import (
+    non_negative_number,
+    one_of,
+    optional,
+    optional_positive_int,
+    path,
+    positive_int,
+)
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -19,6 +27,16 @@ DEFAULTS = {
     "length_penalty": 1.0,
     "batch_tokens": None,  # the run's trainer.batch_tokens
     "device": "auto",
+}
+RULES = {
+    "run": path,
+    "checkpoint": path,
+    "input": optional(path),
+    "output": optional(path),
+    "beam": positive_int,
+    "length_penalty": non_negative_number,
+    "batch_tokens": optional_positive_int,
+    "device": one_of(("auto", "cpu", "cuda")),
 }
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
@@ -36,7 +54,7 @@ def read_input_lines(stream, name: str) -> list[str]:
 
 @one_line_errors
 def main(argv: list[str]) -> None:
-    args = parse_args(DEFAULTS, argv, USAGE)
+    args = parse_args(DEFAULTS, argv, USAGE, RULES)
     setup_logging()
     translator = Translator.from_run(args.run, args.checkpoint, args.device, args.batch_tokens)
     if args.input is None:

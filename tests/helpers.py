@@ -1,6 +1,8 @@
 """Shared test helpers: the real Hydra config, a tiny model, a script as a module, GPU marks."""
 
 import importlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -8,6 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, settings
 from omegaconf import DictConfig
 
 from minimt.data.batching import Batch, flat, flat_batch
@@ -20,6 +23,43 @@ ON_CUDA = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
+
+
+ENV = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
+ENV.pop("HYDRA_FULL_ERROR", None)
+
+
+def run_script(script: str, *args: str, stdin: bytes = b"", **env: str):
+    """Run REPO/scripts/<script> in a subprocess, one thread, stdin given, output captured."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / script), *args],
+        input=stdin,
+        capture_output=True,
+        env=ENV | env,
+        cwd=REPO,
+    )
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The one `error: ...` line a failed script printed on stderr (progress bars aside)."""
+    stderr = result.stderr.decode()
+    assert result.returncode == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and stderr.endswith(errors[0] + "\n"), stderr
+    return errors[0]
+
+
+def fuzz_settings(examples: int) -> settings:
+    """Hypothesis settings of a fuzz test: `examples` cases, the same on every run, in `make test`;
+    20 times as many, freshly drawn, under `make fuzz` (MINIMT_FUZZ=long)."""
+    long = os.environ.get("MINIMT_FUZZ") == "long"
+    return settings(
+        max_examples=examples * (20 if long else 1),
+        derandomize=not long,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 def compose_config(*overrides: str) -> DictConfig:

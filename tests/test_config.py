@@ -1,11 +1,12 @@
 import os
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from minimt.config import ConfigError, validate_config
+from minimt.config import ConfigError, build_model, validate_config
 from minimt.runtime import job_num_threads
 from tests.helpers import REPO, compose_config
 
@@ -77,6 +78,13 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("trainer.adam_impl=apex", ["trainer.adam_impl", "fused", "foreach", "for_loop"]),
         ("trainer.prefetch=-1", ["trainer.prefetch", "integer >= 0"]),
         ("trainer.compile=yes", ["trainer.compile", "true or false"]),
+        # found by tests/test_fuzz_config.py: each reached training and ended in a traceback
+        ("trainer.betas=abc", ["trainer.betas", "[beta1, beta2]", "[0, 1)"]),
+        ("trainer.betas=[0.9]", ["trainer.betas", "[beta1, beta2]"]),
+        ("trainer.betas=[2,3]", ["trainer.betas", "[0, 1)"]),
+        ("data.name=foo", ["data.name", "multi30k, parallel_text"]),
+        ("data.test_sets=test_2016_flickr", ["data.test_sets", "list of split names"]),
+        ("trainer.seed=true", ["trainer.seed", "an integer"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_choices(override, named):
@@ -84,6 +92,20 @@ def test_bad_values_name_the_key_and_the_choices(override, named):
         validate_config(compose_config(override))
     for text in named:
         assert text in str(error.value)
+
+
+def test_a_null_positional_option_means_the_encoding_s_default():
+    for encoding, option in (("sinusoidal", "scale"), ("learned", "init_std")):
+        cfg = compose_config(f"pe={encoding}", "model.d_model=16", "model.d_ff=32")
+        null = compose_config(
+            f"pe={encoding}", "model.d_model=16", "model.d_ff=32", f"pe.{option}=null"
+        )
+        validate_config(null)
+        torch.manual_seed(0)
+        expected = build_model(cfg, 300, 300).state_dict()
+        torch.manual_seed(0)
+        got = build_model(null, 300, 300).state_dict()
+        assert all(torch.equal(got[key], value) for key, value in expected.items())
 
 
 def test_rope_needs_an_even_head_size():

@@ -30,31 +30,9 @@ from minimt.data.corpus import DataError
 from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.errors import MinimtError, NotFound
 from minimt.rundir import checkpoint_dir
-from tests.helpers import REPO, tiny_run_overrides
+from tests.helpers import ENV, REPO, error_line, run_script, tiny_run_overrides
 
 TOKENIZER = train_bpe(["Ein Hund rennt.", "A dog runs.", "Zwei Katzen schlafen."] * 5, 300)
-ENV = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
-ENV.pop("HYDRA_FULL_ERROR", None)
-
-
-def run_script(script: str, *args: str, stdin: bytes = b"", **env: str):
-    return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args],
-        input=stdin,
-        capture_output=True,
-        env=ENV | env,
-        cwd=REPO,
-    )
-
-
-def error_line(result: subprocess.CompletedProcess) -> str:
-    """The one `error: ...` line a failed script printed on stderr (progress bars aside)."""
-    stderr = result.stderr.decode()
-    assert result.returncode == 1, stderr
-    assert "Traceback" not in stderr, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and stderr.endswith(errors[0] + "\n"), stderr
-    return errors[0]
 
 
 @pytest.fixture
@@ -283,6 +261,13 @@ def test_a_read_failing_inside_an_atomic_write_stays_a_read_error(tmp_path):
     with pytest.raises(FileNotFoundError) as error, atomic_write(tmp_path / "out.txt"):
         (tmp_path / "missing.txt").read_text()
     assert not isinstance(error.value, MinimtError)
+
+
+def test_a_folder_that_cannot_be_created_is_a_write_error_naming_the_file(tmp_path):
+    (tmp_path / "a_file").write_text("")  # data.dir=a_file/data: its parent is no folder
+    target = tmp_path / "a_file" / "data" / "train.de.gz"
+    with pytest.raises(WriteError, match=f"could not write {target}: "):
+        write_text(target, "Ein Hund.\n")
 
 
 # Training into a disk that fills up: one line that says how to resume, and the resume finishes

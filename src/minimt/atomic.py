@@ -14,19 +14,15 @@ TEMP_SUFFIX = ".tmp"
 
 
 class WriteError(MinimtError, OSError):
-    """A file that could not be written (a full disk, a read-only folder); the message names it
-    and says why, and the file previously under its name is kept."""
+    """A file not written (full disk, read-only folder): named, with why; its old version kept."""
 
 
 @contextmanager
 def atomic_write(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside `path`; if the block succeeds, fsync it and rename it onto `path`.
-
-    A crash or an exception inside the block leaves the previous file (if any) untouched and no
-    partial file under the final name; the temporary file is removed on failure (after kill -9
-    it stays behind as a hidden .tmp file, which `remove_temp_files` clears). An OSError while
-    writing (ENOSPC: a full disk) is raised as a WriteError that names `path` and says why.
-    """
+    A failure inside leaves the previous file untouched and no partial file under the final name
+    (a kill -9 leaves a hidden .tmp file that `remove_temp_files` clears); an OSError while writing
+    (ENOSPC: a full disk) is raised as a WriteError that names `path` and says why."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
@@ -37,11 +33,14 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
         _fsync_directory(path.parent)  # makes the rename itself survive a power loss
     except OSError as error:
-        if isinstance(error, MinimtError) or _names_another_file(error, (tmp, path)):
+        ours = (tmp, path, *path.parents)  # the folders it may have to create included
+        another_file = error.filename is not None and Path(error.filename) not in ours
+        if isinstance(error, MinimtError) or another_file:
             raise  # e.g. a source file read inside the block: not this write's failure
         raise WriteError(f"could not write {path}: {why_not_written(error, path)}") from error
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.exists():  # False too where the folder could not be made
+            tmp.unlink()
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -67,10 +66,6 @@ def remove_temp_files(folder: str | Path) -> list[Path]:
     for path in leftovers:
         path.unlink(missing_ok=True)
     return leftovers
-
-
-def _names_another_file(error: OSError, ours: tuple[Path, ...]) -> bool:
-    return error.filename is not None and Path(error.filename) not in ours
 
 
 def _fsync_directory(folder: Path) -> None:

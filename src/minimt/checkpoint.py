@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise NotFound(f"no checkpoint at {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        damage = archive_damage(path)
+        if damage is None:
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:
         code = re.search(r"GLOBAL ([\w.]+)", str(error))  # what weights_only refused to import
         if isinstance(error, pickle.UnpicklingError) and code:
             # from None: torch's message advises weights_only=False, which would run that code
@@ -84,17 +88,28 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                 "run code from a file (checkpoints load weights only); use a checkpoint that "
                 "minimt's training wrote"
             ) from None
-        raise DamagedCheckpoint(
-            f"cannot load checkpoint {path}: it is damaged (cut short or corrupted: "
-            f"{str(error).split('. ')[0].strip()})"
-        ) from error
+        damage = str(error).split(". ")[0].strip() or type(error).__name__
+    raise DamagedCheckpoint(
+        f"cannot load checkpoint {path}: it is damaged (cut short or corrupted: {damage})"
+    )
+
+
+def archive_damage(path: Path) -> str | None:
+    """What is wrong with the zip archive torch.save wrote at `path`, None if each member's CRC-32
+    matches (torch.load never checks them: a changed byte would load as a wrong weight)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad_member = archive.testzip()
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as error:
+        return str(error) or type(error).__name__
+    return None if bad_member is None else f"{bad_member} fails its checksum"
 
 
 def loads(path: Path) -> bool:
-    """Whether the checkpoint at `path` loads (its tensors mapped, not read: cheap)."""
+    """Whether the checkpoint at `path` loads."""
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        load_checkpoint(path)
+    except (CheckpointError, NotFound):
         return False
     return True
 
@@ -142,20 +157,27 @@ def config_mismatches(saved: dict, cfg: DictConfig, keys: tuple[str, ...]) -> li
 
 def load_weights(model: nn.Module, weights: dict[str, Tensor], source: str | Path) -> None:
     """load_state_dict, with a mismatch reported by parameter name and shape, not a traceback."""
-    expected = model.state_dict()
-    problems = [f"{key}: missing from the checkpoint" for key in expected.keys() - weights.keys()]
-    problems += [f"{key}: not in the model" for key in weights.keys() - expected.keys()]
-    problems += [
-        f"{key}: checkpoint {tuple(weights[key].shape)}, model {tuple(tensor.shape)}"
-        for key, tensor in expected.items()
-        if key in weights and weights[key].shape != tensor.shape
-    ]
+    problems = weight_mismatches(model.state_dict(), weights, "model")
     if problems:
         raise CheckpointMismatch(
             f"checkpoint {source} does not fit the model (was it saved by a run with another "
-            "vocabulary or architecture?):\n  " + "\n  ".join(sorted(problems))
+            "vocabulary or architecture?):\n  " + "\n  ".join(problems)
         )
     model.load_state_dict(weights)
+
+
+def weight_mismatches(
+    expected: dict[str, Tensor], weights: dict[str, Tensor], what: str
+) -> list[str]:
+    """`name: checkpoint SHAPE, <what> SHAPE` for each weight missing or shaped otherwise."""
+    problems = [f"{key}: missing from the checkpoint" for key in expected.keys() - weights.keys()]
+    problems += [f"{key}: not in the {what}" for key in weights.keys() - expected.keys()]
+    problems += [
+        f"{key}: checkpoint {tuple(weights[key].shape)}, {what} {tuple(tensor.shape)}"
+        for key, tensor in expected.items()
+        if key in weights and weights[key].shape != tensor.shape
+    ]
+    return sorted(problems)
 
 
 def step_checkpoints(ckpt_dir: str | Path) -> list[Path]:
@@ -193,6 +215,13 @@ def average_last_checkpoints(ckpt_dir: str | Path, last: int) -> Path:
     if not paths:
         raise NotFound(f"no numbered checkpoints (step_<N>.pt) in {ckpt_dir}")
     checkpoints = [load_checkpoint(p) for p in paths]
+    for path, checkpoint in zip(paths, checkpoints, strict=True):
+        problems = weight_mismatches(checkpoints[-1]["model"], checkpoint["model"], paths[-1].name)
+        if problems:
+            raise CheckpointMismatch(
+                f"cannot average checkpoint {path} with {paths[-1]}: they hold different "
+                "models (was it copied from another run?):\n  " + "\n  ".join(problems)
+            )
     averaged = {
         "state": checkpoints[-1]["state"],
         "config": checkpoints[-1]["config"],

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError
+from omegaconf.errors import ConfigKeyError, ConfigTypeError
 
 from minimt.errors import MinimtError
 
@@ -18,21 +18,28 @@ from minimt.errors import MinimtError
 FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
-def parse_args(defaults: dict, argv: Sequence[str], usage: str) -> DictConfig:
-    """Merge `key=value` arguments over `defaults`; unknown or missing keys exit with usage."""
+def parse_args(
+    defaults: dict, argv: Sequence[str], usage: str, rules: dict | None = None
+) -> DictConfig:
+    """Merge `key=value` arguments over `defaults`; unknown or missing keys exit with usage, a
+    value its rule (minimt.config's) refuses with one line naming it."""
     if any(arg in ("-h", "--help") for arg in argv):
         sys.exit(usage)
     cfg = OmegaConf.create(defaults)
     OmegaConf.set_struct(cfg, True)
-    try:
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(argv)))
-    except ConfigKeyError as error:
-        sys.exit(f"error: unknown argument ({error.msg.splitlines()[0]})\n{usage}")
-    except ValueError as error:
-        sys.exit(f"error: arguments are key=value ({error})\n{usage}")
+    for arg in argv:
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([arg]))
+        except ConfigKeyError as error:
+            sys.exit(f"error: unknown argument ({error.msg.splitlines()[0]})\n{usage}")
+        except (ValueError, ConfigTypeError) as error:
+            sys.exit(f"error: {arg}: arguments are key=value ({str(error).splitlines()[0]})")
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         sys.exit(f"error: {', '.join(missing)} must be given\n{usage}")
+    problems = [f"{k}={cfg[k]!r} {why}" for k, r in (rules or {}).items() if (why := r(cfg[k]))]
+    if problems:
+        sys.exit(f"error: {'; '.join(problems)}")
     return cfg
 
 

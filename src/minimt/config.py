@@ -3,7 +3,7 @@ messages that name the key), the keys a checkpoint depends on, and the model a c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -57,27 +57,16 @@ class ConfigError(MinimtError, ValueError):
 
 
 Rule = Callable[[object], str | None]
+PE_CHOICES = ("name", "encoder", "decoder")  # the pe section's other keys are the class's options
 
 
-def one_of(*choices: str) -> Rule:
-    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
-
-
-def registered_encoding(v: object) -> str | None:
-    """A name in POSITIONAL_ENCODINGS at check time (encodings may be registered after import)."""
-    return one_of(*POSITIONAL_ENCODINGS)(v)
+def one_of(choices: Collection[str]) -> Rule:
+    """A value in `choices` as they are at check time (encodings may be registered after import)."""
+    return lambda v: None if v in list(choices) else f"must be one of {', '.join(choices)}"
 
 
 def boolean(v: object) -> str | None:
     return None if isinstance(v, bool) else "must be true or false"
-
-
-def at_least(minimum: int) -> Rule:
-    def rule(v: object) -> str | None:
-        ok = isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-        return None if ok else f"must be an integer >= {minimum}"
-
-    return rule
 
 
 def number(accepts: Callable[[float], bool], what: str) -> Rule:
@@ -88,6 +77,10 @@ def number(accepts: Callable[[float], bool], what: str) -> Rule:
         return None if ok else f"must be {what}"
 
     return rule
+
+
+def at_least(minimum: int) -> Rule:
+    return number(lambda v: isinstance(v, int) and v >= minimum, f"an integer >= {minimum}")
 
 
 def optional(rule: Rule) -> Rule:
@@ -102,6 +95,20 @@ positive_number = number(lambda v: v > 0, "a positive number")
 optional_positive_number = optional(positive_number)
 non_negative_number = number(lambda v: v >= 0, "a number >= 0")
 probability = number(lambda v: 0 <= v < 1, "a number in [0, 1)")
+
+
+def path(v: object) -> str | None:
+    return None if isinstance(v, str) and v else "must be a path"
+
+
+def betas(v: object) -> str | None:
+    ok = isinstance(v, ListConfig | list) and len(v) == 2 and not any(map(probability, v))
+    return None if ok else "must be [beta1, beta2], each a number in [0, 1)"
+
+
+def split_names(v: object) -> str | None:
+    ok = isinstance(v, ListConfig | list) and all(isinstance(x, str) and x for x in v)
+    return None if ok else "must be a list of split names, e.g. [test_2016_flickr] (may be empty)"
 
 
 def positive_int_list(v: object) -> str | None:
@@ -131,11 +138,11 @@ def subsample_size(v: object) -> str | None:
 
 
 RULES: dict[str, Rule] = {
-    "resume": lambda v: None if v is None or isinstance(v, str) else "must be a path or null",
+    "resume": lambda v: None if v is None or path(v) is None else "must be a path or null",
     "views": boolean,
-    "pe.name": registered_encoding,
-    "pe.encoder": registered_encoding,
-    "pe.decoder": registered_encoding,
+    "pe.name": one_of(POSITIONAL_ENCODINGS),
+    "pe.encoder": one_of(POSITIONAL_ENCODINGS),
+    "pe.decoder": one_of(POSITIONAL_ENCODINGS),
     "pe.init_std": optional_positive_number,
     "pe.scale": optional_positive_number,
     "embedding.scale": boolean,
@@ -153,6 +160,8 @@ RULES: dict[str, Rule] = {
     "model.attention_dropout": probability,
     "model.max_seq_len": positive_int,
     "model.norm_first": boolean,
+    "data.name": one_of(("multi30k", "parallel_text")),
+    "data.test_sets": optional(split_names),  # parallel_text has one test set, "test"
     "data.max_train_len": positive_int,
     "data.max_train_pairs": optional_positive_int,
     "data.max_val_pairs": optional_positive_int,
@@ -162,9 +171,10 @@ RULES: dict[str, Rule] = {
         positive_int_list(v) or (None if list(v) == sorted(set(v)) else "must be increasing")
     ),
     "data.train_subsample": subsample_size,
-    "trainer.device": one_of("auto", "cpu", "cuda"),
-    "trainer.precision": one_of("auto", "bf16", "fp32"),
-    "trainer.seed": lambda v: None if isinstance(v, int) else "must be an integer",
+    "trainer.device": one_of(("auto", "cpu", "cuda")),
+    "trainer.precision": one_of(("auto", "bf16", "fp32")),
+    "trainer.seed": number(lambda v: isinstance(v, int), "an integer"),
+    "trainer.betas": betas,
     "trainer.lr": positive_number,
     "trainer.warmup_steps": positive_int,
     "trainer.weight_decay": non_negative_number,
@@ -184,7 +194,7 @@ RULES: dict[str, Rule] = {
     "trainer.min_delta": non_negative_number,
     "trainer.average_last": optional(at_least(2)),
     "trainer.num_threads": optional_positive_int,
-    "trainer.adam_impl": one_of("fused", "foreach", "for_loop"),
+    "trainer.adam_impl": one_of(("fused", "foreach", "for_loop")),
     "trainer.compile": boolean,
     "trainer.prefetch": non_negative_int,
     "decoding.max_len_a": non_negative_number,
@@ -269,26 +279,13 @@ def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
     return config_mismatches(OmegaConf.create(saved), cfg, RESUME_KEYS)
 
 
-def positional_options(pe: DictConfig) -> dict[str, float]:
-    """The pe section's keyword arguments of its encoding's class: every key but the choices."""
-    return {key: value for key, value in pe.items() if key not in ("name", "encoder", "decoder")}
-
-
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
     """The model a config describes; the one place where config becomes a model."""
-    m = cfg.model
     share_embeddings, tie_output = SHARE_LEVELS[tying_level(cfg.embedding.share)]
     return Transformer(
         src_vocab_size,
         tgt_vocab_size,
-        d_model=m.d_model,
-        n_heads=m.n_heads,
-        n_encoder_layers=m.n_encoder_layers,
-        n_decoder_layers=m.n_decoder_layers,
-        d_ff=m.d_ff,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        max_seq_len=m.max_seq_len,
+        **cfg.model,  # its keys are the Transformer's sizes and dropouts, one for one
         pad_id=PAD_ID,
         pos_encoding=cfg.pe.name,
         src_pos_encoding=cfg.pe.encoder,
@@ -297,6 +294,6 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Tr
         share_embeddings=share_embeddings,
         tie_output=tie_output,
         init_std=cfg.embedding.init_std,
-        pos_options=positional_options(cfg.pe),
-        norm_first=m.norm_first,
+        # the rest of the pe section: keyword arguments of the encoding's class (null: its default)
+        pos_options={k: v for k, v in cfg.pe.items() if v is not None and k not in PE_CHOICES},
     )

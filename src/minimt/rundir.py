@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from minimt.checkpoint import (
+    CheckpointMismatch,
     DamagedCheckpoint,
     latest_checkpoint,
     load_checkpoint,
@@ -16,11 +18,15 @@ from minimt.checkpoint import (
     step_checkpoints,
 )
 from minimt.config import ConfigError, build_model, resume_mismatches
-from minimt.data.tokenizer import TokenizerPair
-from minimt.errors import NotFound
+from minimt.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, TokenizerPair
+from minimt.errors import MinimtError, NotFound
 from minimt.model.transformer import Transformer
 
 NAMED_CHECKPOINTS = ("best", "last", "averaged")
+
+
+class DamagedRecord(MinimtError):
+    """A run's metrics.json that is not the JSON training wrote (cut short, edited, overwritten)."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -66,10 +72,43 @@ def load_model(
     except (NotFound, DamagedCheckpoint) as error:
         raise type(error)(f"{error}; {checkpoints_that_load(run_dir, path)}") from error
     tokenizers = TokenizerPair.load(run_dir)
+    check_tokenizers(tokenizers, saved, path)
     cfg = OmegaConf.create(saved["config"])
     model = build_model(cfg, tokenizers.src_vocab_size, tokenizers.tgt_vocab_size)
     load_weights(model, saved["model"], path)
     return model.eval(), tokenizers, cfg
+
+
+def check_tokenizers(tokenizers: TokenizerPair, saved: dict, checkpoint: Path) -> None:
+    """The tokenizers beside `checkpoint` must be the ones it trained with: another vocabulary
+    size is an error that gives both sizes, other contents one that says so."""
+    run_dir = checkpoint.parent.parent
+    named = " and ".join(str(path) for path in tokenizer_files(run_dir))
+    sides = {"source": tokenizers.src_vocab_size, "target": tokenizers.tgt_vocab_size}
+    for (side, size), key in zip(sides.items(), ("src", "tgt"), strict=True):
+        trained = len(saved["model"].get(f"embedding.{key}_tokens.weight", ()))
+        if trained not in (0, size):
+            raise CheckpointMismatch(
+                f"{named} and {checkpoint} come from different runs: the tokenizer has a {side} "
+                f"vocabulary of {size} tokens, the checkpoint was trained with {trained}; copy "
+                "the tokenizer of the run that wrote the checkpoint"
+            )
+    recorded = saved.get("state", {}).get("tokenizer_digest")
+    if recorded and recorded != tokenizer_digest(run_dir):
+        raise CheckpointMismatch(
+            f"{named} is not the tokenizer {checkpoint} trained with (same vocabulary size, other "
+            "contents: edited or from another run); copy the one of the run that wrote it"
+        )
+
+
+def tokenizer_files(run_dir: Path) -> list[Path]:
+    joint = run_dir / JOINT_FILE
+    return [joint] if joint.is_file() else [run_dir / SRC_FILE, run_dir / TGT_FILE]
+
+
+def tokenizer_digest(run_dir: Path) -> str:
+    """SHA-256 of the tokenizer file(s) in `run_dir` as saved: a checkpoint records it."""
+    return hashlib.sha256(b"".join(p.read_bytes() for p in tokenizer_files(run_dir))).hexdigest()
 
 
 def checkpoints_that_load(run_dir: str | Path, other_than: Path) -> str:
@@ -90,14 +129,29 @@ def checkpoints_that_load(run_dir: str | Path, other_than: Path) -> str:
     return f"these load: {', '.join(usable)}"
 
 
-def finished_run(run_dir: str | Path, cfg: DictConfig) -> dict | None:
-    """The metrics.json of a run that already finished in run_dir with cfg's settings (a sweep
-    run again skips it), None if none finished there."""
+def read_metrics(run_dir: str | Path) -> dict | None:
+    """run_dir/metrics.json (a finished run's record), None if there is none."""
     path = Path(run_dir) / "metrics.json"
-    if not path.is_file():
+    if not path.exists():
         return None
-    metrics = json.loads(path.read_text())
-    problems = resume_mismatches(metrics["config"], cfg)
+    try:
+        metrics = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DamagedRecord(
+            f"{path} is damaged (not the JSON training wrote: {error}); restore it from a copy, "
+            "or move it away (its run's checkpoints are untouched)"
+        ) from error
+    if not isinstance(metrics, dict):
+        raise DamagedRecord(f"{path} holds no JSON object; restore it from a copy or move it away")
+    return metrics
+
+
+def finished_run(run_dir: str | Path, cfg: DictConfig) -> dict | None:
+    """The metrics.json of a run finished in run_dir with cfg's settings (a sweep skips it)."""
+    metrics = read_metrics(run_dir)
+    if metrics is None:
+        return None
+    problems = resume_mismatches(metrics.get("config", {}), cfg)
     if problems:
         raise ConfigError(
             f"{run_dir} holds a finished run with other settings, so it cannot stand for this "

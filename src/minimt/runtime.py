@@ -89,13 +89,9 @@ def mimalloc_library() -> Path | None:
 
 def reexec_with_mimalloc() -> None:
     """Re-execute this process's command line with mimalloc preloaded, unless it already is,
-    MINIMT_ALLOCATOR=system asks for the C library's malloc, or mimalloc is not installed.
-
-    Training allocates activations of a new shape at every step (batches differ in length), and
-    glibc's malloc keeps such freed chunks, so the resident size creeps far above what a step holds;
-    mimalloc keeps it flat (docs/performance.md has the figures). A process picks its allocator
-    before it starts, hence the re-execution.
-    """
+    MINIMT_ALLOCATOR=system asks for the C library's malloc, or mimalloc is not installed: glibc's
+    malloc keeps the freed activations of each new batch shape, so the resident size creeps up
+    (docs/performance.md), and a process picks its allocator before it starts."""
     choice = os.environ.get("MINIMT_ALLOCATOR", "mimalloc")
     if choice not in ALLOCATORS:
         sys.exit(f"MINIMT_ALLOCATOR={choice!r}: use one of {', '.join(ALLOCATORS)}")

@@ -32,9 +32,8 @@ def fit_to_model(src_ids: list[list[int]], limit: int) -> list[list[int]]:
     """Cut sources longer than `limit` tokens to their first `limit`, with a warning naming them."""
     too_long = [i for i, ids in enumerate(src_ids) if len(ids) > limit]
     if too_long:
-        shown = ", ".join(str(i + 1) for i in too_long[:10]) + (
-            " ..." if len(too_long) > 10 else ""
-        )
+        more = " ..." if len(too_long) > 10 else ""
+        shown = ", ".join(str(i + 1) for i in too_long[:10]) + more
         log.warning(
             "%d source line(s) exceed the model's %d source tokens and are cut to that length "
             "(lines %s); train with a larger model.max_seq_len to translate them whole",
@@ -142,17 +141,11 @@ class Translator:
         return outputs
 
     def _decode(self, src: torch.Tensor, beam: int, length_penalty: float) -> list[list[int]]:
-        lengths = {"max_len_a": self.max_len_a, "max_len_b": self.max_len_b}
         specials = {"bos_id": BOS_ID, "eos_id": EOS_ID, "pad_id": PAD_ID}
+        options = dict(max_len_a=self.max_len_a, max_len_b=self.max_len_b, use_cache=self.use_cache)
         if beam == 1:
-            return greedy_decode(self.model, src, use_cache=self.use_cache, **specials, **lengths)
+            return greedy_decode(self.model, src, **specials, **options)
         nbest = beam_search(
-            self.model,
-            src,
-            beam=beam,
-            length_penalty=length_penalty,
-            use_cache=self.use_cache,
-            **specials,
-            **lengths,
+            self.model, src, beam=beam, length_penalty=length_penalty, **specials, **options
         )
         return [hyps[0].tokens for hyps in nbest]

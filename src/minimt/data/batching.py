@@ -37,13 +37,9 @@ class Batch:
         """The batch on `device`. To a GPU through page-locked memory: a copy from there is
         queued without waiting, one from pageable memory first waits for the GPU's queued work."""
         pin = torch.device(device).type == "cuda"
-        return Batch(
-            *(
-                (t.pin_memory() if pin else t).to(device, non_blocking=True)
-                for t in (self.src, self.tgt_in, self.tgt_out, self.real)
-            ),
-            self.num_tgt_tokens,
-        )
+        tensors = (self.src, self.tgt_in, self.tgt_out, self.real)
+        moved = [(t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors]
+        return Batch(*moved, self.num_tgt_tokens)
 
 
 def token_batches(
@@ -65,16 +61,14 @@ def token_batches(
     else:
         order = sorted(range(len(lengths)), key=tiebreak.__getitem__)
     batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
+    longest = 0  # of the last batch
     for i in order:
-        if current and max(longest, lengths[i]) * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, lengths[i])
-    if current:
-        batches.append(current)
+        if batches and max(longest, lengths[i]) * (len(batches[-1]) + 1) <= batch_tokens:
+            batches[-1].append(i)
+            longest = max(longest, lengths[i])
+        else:
+            batches.append([i])
+            longest = lengths[i]
     if rng:
         rng.shuffle(batches)
     return batches
@@ -114,13 +108,7 @@ def flat_batch(src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.nda
     """The batch of rows given as (ids one after another, lengths) per side."""
     tgt_out = padded(*tgt, last=EOS_ID)
     real = torch.from_numpy(np.flatnonzero(tgt_out.numpy() != PAD_ID))
-    return Batch(
-        src=padded(*src, last=EOS_ID),
-        tgt_in=padded(*tgt, first=BOS_ID),
-        tgt_out=tgt_out,
-        real=real,
-        num_tgt_tokens=len(real),
-    )
+    return Batch(padded(*src, last=EOS_ID), padded(*tgt, first=BOS_ID), tgt_out, real, len(real))
 
 
 def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:

@@ -239,18 +239,17 @@ def _multi30k_file_name(split: str, lang: str) -> str:
     name = f"{split}.{lang}.gz"
     if name in MULTI30K_SHA256:
         return name
-    splits_by_lang: dict[str, list[str]] = {}
-    for known in sorted(MULTI30K_SHA256):
-        known_split, known_lang, _ = known.split(".")
-        splits_by_lang.setdefault(known_lang, []).append(known_split)
-    if lang not in splits_by_lang:
+    known = [file.split(".")[:2] for file in sorted(MULTI30K_SHA256)]  # [split, lang] each
+    splits = [known_split for known_split, known_lang in known if known_lang == lang]
+    if not splits:
+        languages = sorted({known_lang for _, known_lang in known})
         raise DataError(
-            f"Multi30k has no language {lang!r}; available languages: "
-            f"{', '.join(sorted(splits_by_lang))}"
+            f"Multi30k has no language {lang!r} (data.src_lang, data.tgt_lang); available "
+            f"languages: {', '.join(languages)}"
         )
     raise DataError(
-        f"Multi30k has no split {split!r} for language {lang!r}; splits available for {lang!r}: "
-        f"{', '.join(splits_by_lang[lang])}"
+        f"Multi30k has no split {split!r} for language {lang!r} (data.test_sets); splits "
+        f"available for {lang!r}: {', '.join(splits)}"
     )
 
 

@@ -61,7 +61,7 @@ def test_set_names(data: DictConfig) -> list[str]:
 
 
 def _corpus_test_names(data: DictConfig) -> list[str]:
-    return list(data.test_sets) if data.name == "multi30k" else ["test"]
+    return list(data.test_sets or []) if data.name == "multi30k" else ["test"]
 
 
 def load_held_out(data: DictConfig, names: Sequence[str]) -> dict[str, Pairs]:
@@ -126,21 +126,13 @@ def load_text_splits(data: DictConfig) -> TextSplits:
     """Read the corpus that `data` names (Multi30k or any parallel text), limited as configured."""
     train = training_files(data)
     lengths = length_split(data, train)
-    tests = _corpus_test_names(data)
-    held_out = _corpus_splits(data, ["val", *tests])
-    return TextSplits(
-        train=train,
-        lengths=lengths,
-        val=_first(held_out["val"], data.max_val_pairs),
-        tests={
-            **{name: held_out[name] for name in tests},
-            **long_test_pairs(train, lengths, lengths.test_names),
-        },
-    )
-
-
-def _first(pairs: Pairs, n: int | None) -> Pairs:
-    return pairs if n is None else (pairs[0][:n], pairs[1][:n])
+    test_names = _corpus_test_names(data)
+    held_out = _corpus_splits(data, ["val", *test_names])
+    tests = {name: held_out[name] for name in test_names}
+    tests |= long_test_pairs(train, lengths, lengths.test_names)
+    val_src, val_tgt = held_out["val"]
+    val = (val_src[: data.max_val_pairs], val_tgt[: data.max_val_pairs])
+    return TextSplits(train, lengths, val, tests)
 
 
 @dataclass

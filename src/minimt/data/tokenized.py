@@ -24,10 +24,7 @@ from minimt.data.tokenizer import TokenizerPair
 log = logging.getLogger(__name__)
 
 ID_FEATURES = datasets.Features(
-    {
-        "src_ids": datasets.List(datasets.Value("int32")),
-        "tgt_ids": datasets.List(datasets.Value("int32")),
-    }
+    {column: datasets.List(datasets.Value("int32")) for column in ("src_ids", "tgt_ids")}
 )
 ENCODE_BATCH = 1000  # rows tokenized (and held as Python lists) at a time
 LENGTH_CHUNK = 65_536  # rows whose lengths are read at a time
@@ -120,12 +117,6 @@ def filter_training_pairs(
     return pairs.select(keep, keep_in_memory=True)
 
 
-def example_lengths(pairs: datasets.Dataset) -> np.ndarray:
-    """(N,) padded length each pair needs: the longer of src + <eos> and <bos> + tgt."""
-    src_len, tgt_len = id_lengths(pairs)
-    return np.maximum(src_len, tgt_len) + 1
-
-
 def _flat_column(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(ids one after another, lengths) of an Arrow list<int32> column."""
     return (
@@ -141,7 +132,8 @@ class BatchedPairs:
     def __init__(self, pairs: datasets.Dataset, batch_tokens: int, seed: int | None = None):
         self.pairs = pairs
         self._rows = pairs.with_format("arrow")
-        self.lengths = example_lengths(pairs)
+        # (N,) padded length each pair needs: the longer of src + <eos> and <bos> + tgt
+        self.lengths = np.maximum(*id_lengths(pairs)) + 1
         self.batch_tokens = batch_tokens
         self.seed = seed
 
@@ -155,5 +147,4 @@ class BatchedPairs:
         return flat_batch(*(_flat_column(rows[side]) for side in ("src_ids", "tgt_ids")))
 
     def iterate(self, epoch: int = 0) -> Iterator[Batch]:
-        for indices in self.batches(epoch):
-            yield self.collate(indices)
+        return map(self.collate, self.batches(epoch))

@@ -60,11 +60,9 @@ class DecoderCache:
     """Incremental decoding state: per-layer keys/values, the source mask, the next position.
 
     Each of the B sentences is decoded as k rows (its beams in beam search; k = 1 at first).
-    Self-attention keys/values live in buffers preallocated for `capacity` positions and are
-    written in place, instead of concatenated onto a copy of the prefix every step (so no
-    gradient flows through several steps: a cache is for inference). Built by
-    Transformer.start_decoding; Transformer.decode_step updates it in place.
-    """
+    Self-attention keys/values live in buffers preallocated for `capacity` positions, written in
+    place rather than concatenated onto a copy of the prefix every step (inference only). Built
+    by Transformer.start_decoding; Transformer.decode_step updates it in place."""
 
     layers: list[LayerCache]
     src_mask: Tensor  # (B, 1, 1, S), True = real source token
@@ -74,11 +72,6 @@ class DecoderCache:
         """Position of the next target token fed in (<bos> is position 0): the filled length."""
         return self.layers[0].length
 
-    @property
-    def rows_per_sentence(self) -> int:
-        """k: rows (hypotheses) per sentence, 1 until beam search widens them."""
-        return self.layers[0].k_buffer.size(0) // self.src_mask.size(0)
-
     @staticmethod
     def sentence_rows(sentences: Tensor, k: int) -> Tensor:
         """(B',) sentence indices -> (B' * k,) their rows, each sentence's k rows in a row."""
@@ -87,7 +80,8 @@ class DecoderCache:
     def reorder(self, indices: Tensor) -> None:
         """Keeps sentences indices (B',), in that order, each with its k rows: dropping finished
         sentences, or with k = 1 any reordering of the rows."""
-        rows = self.sentence_rows(indices, self.rows_per_sentence)
+        k = self.layers[0].k_buffer.size(0) // self.src_mask.size(0)  # rows per sentence
+        rows = self.sentence_rows(indices, k)
         for layer in self.layers:
             layer.reorder_self(rows)
             layer.cross_k = layer.cross_k.index_select(0, indices)

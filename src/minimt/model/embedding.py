@@ -15,10 +15,8 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d_model / 2),)
     angle = position / 10000.0 ** (two_i / d_model)  # (max_len, ceil(d_model / 2))
-    table = torch.empty(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
-    return table.to(torch.get_default_dtype())
+    table = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # sin, cos, sin, ...
+    return table[:, :d_model].to(torch.get_default_dtype())
 
 
 class PositionalEncoding(nn.Module):
@@ -63,9 +61,7 @@ class SinusoidalPositions(PositionalEncoding):
         super().__init__(max_seq_len, d_model, n_heads)
         if not scale > 0:
             raise ValueError(f"the sinusoidal table's scale must be positive, got {scale}")
-        table = sinusoidal_table(max_seq_len, d_model)
-        if scale != 1.0:
-            table = table * scale
+        table = sinusoidal_table(max_seq_len, d_model) * scale
         # Non-persistent: checkpoints neither store it nor break when max_seq_len changes.
         self.register_buffer("table", table, persistent=False)
 
@@ -278,18 +274,12 @@ class Seq2SeqEmbedding(nn.Module):
         magnitudes = {}
         sides = (self.src_tokens, self.src_positions), (self.tgt_tokens, self.tgt_positions)
         for side, (tokens, positions) in zip(("src", "tgt"), sides, strict=True):
-            rows = torch.ones(tokens.num_embeddings, dtype=torch.bool)
-            if tokens.padding_idx is not None:
-                rows[tokens.padding_idx] = False
+            rows = torch.arange(tokens.num_embeddings) != tokens.padding_idx
             token_rms = (tokens.weight[rows].float() * self.scale).pow(2).mean().sqrt().item()
             zeros = tokens.weight.new_zeros(1, min(n_positions, self.max_seq_len), self.d_model)
             position_rms = positions.add(zeros, 0).float().pow(2).mean().sqrt().item()
             ratio = token_rms / position_rms if position_rms > 0 else None
-            magnitudes[side] = {
-                "token_rms": token_rms,
-                "position_rms": position_rms,
-                "ratio": ratio,
-            }
+            magnitudes[side] = dict(token_rms=token_rms, position_rms=position_rms, ratio=ratio)
         return magnitudes
 
     def encode_source(self, ids: Tensor, offset: int = 0) -> Tensor:

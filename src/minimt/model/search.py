@@ -42,7 +42,6 @@ class LiveRows:
         src: Tensor,
         max_len_a: float,
         max_len_b: int,
-        *,
         bos_id: int,
         pad_id: int,
         use_cache: bool,
@@ -115,15 +114,10 @@ def greedy_decode(
     use_cache: bool = True,
 ) -> list[list[int]]:
     """Batched greedy decoding: (B, S) padded source -> per sentence its ids, <bos>/<eos> stripped.
-
     Each sentence may emit at most max_output_lengths(len, max_len_a, max_len_b) tokens, capped so
-    that <bos> + output fits in model.max_seq_len. Dropout is the caller's business (model.eval()).
-    """
-    batch = src.size(0)
-    rows = LiveRows(
-        model, src, max_len_a, max_len_b, bos_id=bos_id, pad_id=pad_id, use_cache=use_cache
-    )
-    outputs = torch.full((batch, rows.max_steps), pad_id, device=src.device)  # (B, T)
+    that <bos> + output fits in model.max_seq_len; dropout is the caller's business (model.eval)."""
+    rows = LiveRows(model, src, max_len_a, max_len_b, bos_id, pad_id, use_cache)
+    outputs = torch.full((src.size(0), rows.max_steps), pad_id, device=src.device)  # (B, T)
     out_lengths = torch.zeros_like(rows.max_lens)  # (B,) tokens kept, <eos> excluded
     is_eos = torch.zeros_like(rows.max_lens, dtype=torch.bool)  # (B',)
     for step in itertools.count():  # every sentence is done at its maximum length at the latest
@@ -169,9 +163,7 @@ def beam_search(
     if model.output_matrix.size(0) < 2 * beam:
         raise ValueError(f"beam={beam} needs a target vocabulary of at least {2 * beam} tokens")
     batch, device = src.size(0), src.device
-    rows = LiveRows(
-        model, src, max_len_a, max_len_b, bos_id=bos_id, pad_id=pad_id, use_cache=use_cache
-    )
+    rows = LiveRows(model, src, max_len_a, max_len_b, bos_id, pad_id, use_cache)
     log_probs = torch.zeros(batch, 1, device=device)  # (B', k): <bos> alone at first
     n_finished = torch.zeros_like(rows.max_lens)  # (B',) hypotheses ended with <eos>
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]

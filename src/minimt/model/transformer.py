@@ -1,8 +1,9 @@
 """Encoder-decoder Transformer (Vaswani et al., 2017), pre-LN and tied output layer by default."""
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import nullcontext
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -197,19 +198,15 @@ class DecoderLayer(nn.Module):
         return self.ffn_residual(y, self.ffn)
 
     def step(
-        self,
-        y: Tensor,
-        cache: LayerCache,
-        src_mask: Tensor,
-        position: int,
-        self_mask: Tensor | None = None,
+        self, y: Tensor, cache: LayerCache, src_mask: Tensor, self_mask: Tensor | None = None
     ) -> Tensor:
-        """y (B * k, 1, d_model), the newest position of each sentence's k rows
+        """y (B * k, 1, d_model), each sentence's k rows at the next position (cache.length)
         -> (B * k, 1, d_model); writes its key and value into cache.
 
         No causal mask: the one query sees every cached key, and SDPA's is_causal aligns top-left
         when Lq != Lk. self_mask (h, 1, position + 1): ALiBi's bias row for this query.
         """
+        position = cache.length
 
         def self_attention(h: Tensor) -> Tensor:
             cache.append(*self.self_attn.keys_values(h, position))  # (B * k, h, 1, d_k) each
@@ -227,7 +224,8 @@ class DecoderLayer(nn.Module):
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer whose output projection is the target embedding matrix
-    (tie_output), or a matrix of its own. The sizes have no defaults (configs/model/ holds them)."""
+    (tie_output), or a matrix of its own. The sizes have no defaults (configs/model/ holds them);
+    embedding_options are Seq2SeqEmbedding's (pos_encoding, share_embeddings, init_std, ...)."""
 
     def __init__(
         self,
@@ -243,15 +241,9 @@ class Transformer(nn.Module):
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
         pad_id: int = 0,
-        pos_encoding: str = "sinusoidal",
-        scale_embedding: bool = True,
-        share_embeddings: bool = False,
         norm_first: bool = True,
-        src_pos_encoding: str | None = None,
-        tgt_pos_encoding: str | None = None,
-        init_std: float | None = None,
-        pos_options: Mapping[str, float] | None = None,
         tie_output: bool = True,
+        **embedding_options: Any,
     ):
         super().__init__()
         self.pad_id = pad_id
@@ -263,14 +255,8 @@ class Transformer(nn.Module):
             dropout=dropout,
             src_padding_idx=pad_id,
             tgt_padding_idx=pad_id,
-            pos_encoding=pos_encoding,
-            scale_embedding=scale_embedding,
-            share_embeddings=share_embeddings,
-            src_pos_encoding=src_pos_encoding,
-            tgt_pos_encoding=tgt_pos_encoding,
-            init_std=init_std,
-            pos_options=pos_options,
             n_heads=n_heads,
+            **embedding_options,
         )
         # Initialised as fairseq's untied output matrix.
         self.output_weight = None
@@ -291,7 +277,11 @@ class Transformer(nn.Module):
         # Pre-LN leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self._init_linear_layers()
+        # Embedding tables keep Seq2SeqEmbedding's init; only the layers' projections are set here.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
 
     @property
     def max_seq_len(self) -> int:
@@ -348,7 +338,7 @@ class Transformer(nn.Module):
             self_mask = self.decoder_bias.bias(1, position + 1, offset=position)  # (h, 1, pos + 1)
         y = self.embedding.encode_target(tokens, offset=position)  # (N, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
-            y = layer.step(y, layer_cache, cache.src_mask, position, self_mask)
+            y = layer.step(y, layer_cache, cache.src_mask, self_mask)
         return self.decoder_norm(y)
 
     @property
@@ -367,10 +357,3 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         """Trainable and frozen parameters, a shared matrix counted once."""
         return sum(p.numel() for p in self.parameters())
-
-    def _init_linear_layers(self) -> None:
-        # Embedding tables keep Seq2SeqEmbedding's init; only the layers' projections are set here.
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                nn.init.zeros_(module.bias)

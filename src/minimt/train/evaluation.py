@@ -152,7 +152,7 @@ def finish(
         "skipped_steps": state.skipped_steps,
         "num_parameters": run.model.num_parameters(),
         "memory": memory.summary(),
-        "data": getattr(run.data, "summary", {}),
+        "data": run.data.summary,
         "best_val_bleu": state.best_val_bleu,
         "best_step": state.best_step,
         "val_history": state.val_history,
@@ -184,11 +184,12 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
     load_weights(run.model, load_checkpoint(path)["model"], path)
     beam, length_penalty = run.cfg.decoding.test_beam, run.cfg.decoding.length_penalty
     suffix = {"test": "", "test_average": ".average"}[key]
+    settings = {"beam": beam, "length_penalty": length_penalty, "checkpoint": path.stem}
     tests = {}
-    for name, pairs in run.data.splits.tests.items():
+    for i, (name, pairs) in enumerate(run.data.splits.tests.items()):
         scores, hyps = score(run.translator, pairs, beam, length_penalty)
         write_text(run.run_dir / f"hyps.{name}{suffix}.txt", "".join(h + "\n" for h in hyps))
-        tests[name] = {**scores.as_dict(), "beam": beam, "length_penalty": length_penalty}
+        tests[name] = scores.as_dict() | settings
         log.info(
             "%s%s (beam %d): BLEU %.2f chrF %.2f | %s",
             name,
@@ -198,8 +199,6 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
             scores.chrf,
             scores.bleu_signature,
         )
-    for i, (name, result) in enumerate(tests.items()):
-        result["checkpoint"] = path.stem
         prefix = key if i == 0 else f"{key}/{name}"
-        log_scalars(run.writer, prefix, {"bleu": result["bleu"], "chrf": result["chrf"]}, step)
+        log_scalars(run.writer, prefix, {"bleu": scores.bleu, "chrf": scores.chrf}, step)
     return tests

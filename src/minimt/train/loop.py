@@ -24,6 +24,7 @@ from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
 from minimt.errors import MinimtError
+from minimt.rundir import tokenizer_digest
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.train.distributed import Distributed
 from minimt.train.evaluation import (
@@ -137,6 +138,7 @@ def run_training(
         if resumed
         else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
     )
+    state.tokenizer_digest = tokenizer_digest(run_dir) if dist.is_main else ""
     check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
     if dist.is_main:
@@ -232,7 +234,8 @@ def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> 
         raise ConfigError(
             f"the training data make {n_batches} batches per epoch, fewer than one step "
             f"needs ({world_size} processes x trainer.accumulate={accumulate}): lower "
-            "trainer.accumulate or trainer.batch_tokens, or use fewer processes"
+            "trainer.accumulate or trainer.batch_tokens, use fewer processes, or keep more pairs "
+            "(data.max_train_len, data.max_train_pairs, data.train_max_words, data.train_subsample)"
         )
 
 

@@ -19,11 +19,9 @@ def rss_mb() -> float:
 @dataclass
 class PeakMemory:
     """A background thread sampling rss_mb() every `interval` seconds while in a `with` block.
-
-    The loop names what it is doing (`phase`, e.g. "training", "test decoding"); the peak keeps
-    the phase and the seconds since the start at which it was reached, and each phase keeps its
-    own peak. Pages of memory-mapped files that were read count, as in any RSS figure.
-    """
+    The loop names its `phase` ("training", "test decoding"); the peak keeps the phase and the
+    seconds from the start at which it came, and each phase its own peak (read pages of
+    memory-mapped files count, as in any RSS figure)."""
 
     interval: float = 1.0
     phase: str = "setup"

@@ -17,11 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 from minimt.checkpoint import (
     CheckpointError,
     CheckpointMismatch,
+    DamagedCheckpoint,
     config_mismatches,
     load_checkpoint,
     load_weights,
+    loads,
     remove_old_checkpoints,
     save_checkpoint,
+    step_checkpoints,
 )
 from minimt.config import resume_mismatches
 from minimt.data.batching import Batch, prefetched
@@ -48,6 +51,7 @@ class TrainState:
     val_history: list[dict[str, float]] = field(default_factory=list)
     # Seq2SeqEmbedding.input_magnitudes of the untrained model
     init_magnitudes: dict = field(default_factory=dict)
+    tokenizer_digest: str = ""  # minimt.rundir.tokenizer_digest: another tokenizer is refused
 
     def count_step(self, tokens: int, batches: int) -> None:
         """One optimizer step done: `tokens` target tokens in `batches` batches (all processes)."""
@@ -177,7 +181,14 @@ def resume_training(
     Settings that the weights or the data order depend on (RESUME_KEYS) must match the
     checkpoint's; other trainer settings may change and are logged.
     """
-    saved = load_checkpoint(path)
+    try:
+        saved = load_checkpoint(path)
+    except DamagedCheckpoint as error:
+        older = [step for step in step_checkpoints(path.parent) if step != path and loads(step)]
+        hint = "no other step checkpoint loads: start the run again, without resume="
+        if older:
+            hint = f"resume={older[-1]} continues from the newest that loads"
+        raise DamagedCheckpoint(f"{error}; {hint}") from error
     if "optimizer" not in saved:
         raise CheckpointError(
             f"{path} holds model weights only (best.pt / averaged.pt): resume from the run "

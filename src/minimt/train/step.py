@@ -52,18 +52,6 @@ class SummedLoss(nn.Module):
         return label_smoothed_cross_entropy(logits, target, self.label_smoothing)
 
 
-def training_loss(
-    model: Transformer,
-    trainer: DictConfig,
-    autocast: torch.autocast,
-    wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
-) -> nn.Module:
-    """The summed label-smoothed loss of a training step, `wrap`ped (DDP), then through
-    torch.compile with dynamic shapes (batches differ in length) when `trainer.compile`."""
-    loss_fn = wrap(SummedLoss(model, trainer.label_smoothing, autocast))
-    return torch.compile(loss_fn, dynamic=True) if trainer.compile else loss_fn
-
-
 def make_optimizer(
     model: Transformer, trainer: DictConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
@@ -100,12 +88,15 @@ def build_training(
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
 ) -> Training:
-    """The configured model on `device`, its optimizer, LR schedule and loss (`wrap`: DDP)."""
+    """The configured model on `device`, its optimizer, LR schedule and loss: `wrap`ped (DDP),
+    then compiled with dynamic shapes (batches differ in length) when trainer.compile."""
     precision = resolve_precision(cfg.trainer.precision, device)
     autocast = precision_autocast(precision, device)
     model = build_model(cfg, src_vocab_size, tgt_vocab_size).to(device)
     optimizer, scheduler = make_optimizer(model, cfg.trainer)
-    loss_fn = training_loss(model, cfg.trainer, autocast, wrap)
+    loss_fn = wrap(SummedLoss(model, cfg.trainer.label_smoothing, autocast))
+    if cfg.trainer.compile:
+        loss_fn = torch.compile(loss_fn, dynamic=True)
     return Training(model, optimizer, scheduler, loss_fn, precision, autocast)
 
 

@@ -1,8 +1,8 @@
 """Hostile inputs: random unicode, control characters, huge lines, binary garbage, empty files.
 
 Every case ends in an output or a clear error (a DataError naming the file, a one-line exit from
-translate.py), never a hang or a traceback from inside tokenizers, gzip or torch. Derandomized,
-so every run tries the same cases.
+translate.py), never a hang or a traceback from inside tokenizers, gzip or torch. `make test`
+tries the same cases on every run, `make fuzz` many more, freshly drawn.
 """
 
 import gzip
@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -23,13 +23,7 @@ from minimt.data.corpus import DataError, read_lines, read_parallel
 from minimt.data.splits import load_text_splits
 from minimt.data.tokenizer import SPECIAL_TOKENS, TokenizerPair, train_bpe
 from minimt.translator import Translator
-from tests.helpers import REPO, compose_config, tiny_transformer
-
-FUZZ = settings(
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+from tests.helpers import REPO, compose_config, fuzz_settings, tiny_transformer
 
 TRICKY_PIECES = [
     "\x00", "\t", "\r", "\n", "\r\n", "\x0b", "\x1b[31m", "\x7f", "\x85", "\u2028", "\ufeff",
@@ -93,7 +87,7 @@ def run_dir(tmp_path_factory, tokenizers):
 # Tokenizer
 
 
-@settings(FUZZ, max_examples=200)
+@fuzz_settings(examples=200)
 @given(text=HOSTILE_TEXT)
 def test_any_text_round_trips_through_byte_level_bpe(tokenizers, text):
     (ids,) = tokenizers.encode_src([text])
@@ -101,7 +95,7 @@ def test_any_text_round_trips_through_byte_level_bpe(tokenizers, text):
     assert tokenizers.decode_tgt([ids]) == [text]
 
 
-@settings(FUZZ, max_examples=5)
+@fuzz_settings(examples=5)
 @given(piece=HOSTILE_TEXT.filter(bool))
 def test_a_100k_character_line_round_trips(tokenizers, piece):
     text = (piece * (100_000 // len(piece) + 1))[:100_000]
@@ -152,7 +146,7 @@ def assert_reads_as_expected(path, data: bytes) -> None:
         assert outcome == expected
 
 
-@settings(FUZZ, max_examples=150)
+@fuzz_settings(examples=150)
 @given(data=HOSTILE_BYTES)
 def test_plain_and_gzipped_files_give_their_lines_or_name_the_first_bad_one(tmp_path, data):
     plain, packed = tmp_path / "corpus.de", tmp_path / "corpus.de.gz"
@@ -162,7 +156,7 @@ def test_plain_and_gzipped_files_give_their_lines_or_name_the_first_bad_one(tmp_
     assert_reads_as_expected(packed, data)
 
 
-@settings(FUZZ, max_examples=60)
+@fuzz_settings(examples=60)
 @given(data=HOSTILE_BYTES, cut=st.floats(0, 1, exclude_max=True))
 def test_a_truncated_gzip_file_is_a_data_error_naming_it(tmp_path, data, cut):
     packed = gzip.compress(data)
@@ -171,7 +165,7 @@ def test_a_truncated_gzip_file_is_a_data_error_naming_it(tmp_path, data, cut):
     assert isinstance(read_outcome(path), DataError)
 
 
-@settings(FUZZ, max_examples=60)
+@fuzz_settings(examples=60)
 @given(data=HOSTILE_BYTES.filter(lambda data: data and not data.startswith(b"\x1f\x8b")))
 def test_a_gz_name_on_a_file_that_is_not_gzip_is_a_data_error_naming_it(tmp_path, data):
     path = tmp_path / "corpus.de.gz"
@@ -193,7 +187,7 @@ def test_a_corrupt_gzip_stream_is_a_data_error_naming_it(tmp_path):
     assert isinstance(read_outcome(path), DataError)
 
 
-@settings(FUZZ, max_examples=40)
+@fuzz_settings(examples=40)
 @given(src=st.lists(HOSTILE_LINE, max_size=5), tgt=st.lists(HOSTILE_LINE, max_size=5))
 def test_read_parallel_pairs_the_lines_or_names_both_files(tmp_path, src, tgt):
     paths = tmp_path / "corpus.de", tmp_path / "corpus.en"
@@ -223,7 +217,7 @@ def test_parallel_text_names_a_truncated_gzip_split(tmp_path):
 # Translator and translate.py
 
 
-@settings(FUZZ, max_examples=40)
+@fuzz_settings(examples=40)
 @given(
     lines=st.lists(st.one_of(HOSTILE_LINE, st.sampled_from(["", " ", "\t\u3000"])), max_size=6),
     beam=st.sampled_from([1, 3]),
@@ -245,7 +239,7 @@ def test_a_line_break_the_model_emits_does_not_split_the_output_line(translator,
     assert translator.translate(["a", "b"]) == ["one two  three four"] * 2
 
 
-@settings(FUZZ, max_examples=150)
+@fuzz_settings(examples=150)
 @given(data=HOSTILE_BYTES)
 def test_translate_script_reads_each_line_or_exits_naming_the_bad_one(data):
     expected = expected_lines(data)
