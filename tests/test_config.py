@@ -7,6 +7,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from minimt.config import ConfigError, build_model, validate_config
+from minimt.data.splits import test_set_names
 from minimt.runtime import job_num_threads
 from tests.helpers import REPO, compose_config
 
@@ -85,6 +86,7 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("data.name=foo", ["data.name", "multi30k, parallel_text"]),
         ("data.test_sets=test_2016_flickr", ["data.test_sets", "list of split names"]),
         ("trainer.seed=true", ["trainer.seed", "an integer"]),
+        ("resume=''", ["resume", "path or null"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_choices(override, named):
@@ -106,6 +108,12 @@ def test_a_null_positional_option_means_the_encoding_s_default():
         torch.manual_seed(0)
         got = build_model(null, 300, 300).state_dict()
         assert all(torch.equal(got[key], value) for key, value in expected.items())
+
+
+def test_null_test_sets_means_none():
+    cfg = compose_config("data.test_sets=null")
+    validate_config(cfg)
+    assert test_set_names(cfg.data) == []
 
 
 def test_rope_needs_an_even_head_size():

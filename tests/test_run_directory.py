@@ -1,5 +1,6 @@
 """What the fuzz suites found in the run directory's files, one named test per finding."""
 
+import runpy
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from minimt.checkpoint import (
 )
 from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.rundir import DamagedRecord, check_tokenizers, read_metrics, tokenizer_digest
-from tests.helpers import error_line, run_script
+from tests.helpers import REPO, error_line, run_script
 
 GERMAN = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."] * 5
 
@@ -127,3 +128,23 @@ def test_evaluate_stops_on_a_damaged_metrics_file_before_writing_anything(smoke_
     )
     assert error_line(result).startswith(f"error: {run / 'metrics.json'} is damaged (not the JSON")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("script", "argument", "named"),
+    [
+        ("translate", "run=-1", "run=-1 must be a path"),
+        ("translate", "checkpoint=0", "checkpoint=0 must be a path"),
+        ("translate", "input=1.5", "input=1.5 must be a path"),
+        ("translate", "beam=0", "beam=0 must be an integer >= 1"),
+        ("evaluate", "beam={a:1}", "beam={a:1}: arguments are key=value"),
+        ("evaluate", "split=3", "split=3 must be a list of split names"),
+        ("average_checkpoints", "last=abc", "last='abc' must be an integer >= 1"),
+    ],
+)
+def test_a_script_argument_of_the_wrong_type_is_one_line_naming_it(script, argument, named):
+    main = runpy.run_path(str(REPO / "scripts" / f"{script}.py"))["main"]
+    run = [] if argument.startswith("run=") else ["run=outputs/some-run"]
+    with pytest.raises(SystemExit) as exit:
+        main([*run, argument])
+    assert str(exit.value).startswith(f"error: {named}") and "\n" not in str(exit.value)
