@@ -23,17 +23,8 @@ from omegaconf import DictConfig, ListConfig
 from minimt.atomic import write_text
 from minimt.checkpoint import average_last_checkpoints, save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.config import (
-    at_least,
-    non_negative_number,
-    one_of,
-    optional,
-    optional_positive_int,
-    path,
-    positive_int,
-    positive_int_list,
-    split_names,
-)
+from minimt.config import RULES as CONFIG_RULES
+from minimt.config import at_least, optional, path, positive_int, positive_int_list, split_names
 from minimt.data.corpus import read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.metrics import CorpusScores, corpus_scores
@@ -59,12 +50,12 @@ RULES = {
     "average": optional(at_least(2)),
     "split": optional(lambda v: None if isinstance(v, str) and v else split_names(v)),
     "beam": lambda v: positive_int(v) and positive_int_list(v),
-    "length_penalty": non_negative_number,
+    "length_penalty": CONFIG_RULES["decoding.length_penalty"],
     "src": optional(path),
     "ref": optional(path),
     "out": optional(path),
-    "batch_tokens": optional_positive_int,
-    "device": one_of(("auto", "cpu", "cuda")),
+    "batch_tokens": optional(CONFIG_RULES["trainer.batch_tokens"]),
+    "device": CONFIG_RULES["trainer.device"],
 }
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 

@@ -8,14 +8,8 @@ import sys
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.config import (
-    non_negative_number,
-    one_of,
-    optional,
-    optional_positive_int,
-    path,
-    positive_int,
-)
+from minimt.config import RULES as CONFIG_RULES
+from minimt.config import optional, path
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -33,10 +27,11 @@ RULES = {
     "checkpoint": path,
     "input": optional(path),
     "output": optional(path),
-    "beam": positive_int,
-    "length_penalty": non_negative_number,
-    "batch_tokens": optional_positive_int,
-    "device": one_of(("auto", "cpu", "cuda")),
+    # the rules of the config keys these arguments stand in for
+    "beam": CONFIG_RULES["decoding.test_beam"],
+    "length_penalty": CONFIG_RULES["decoding.length_penalty"],
+    "batch_tokens": optional(CONFIG_RULES["trainer.batch_tokens"]),
+    "device": CONFIG_RULES["trainer.device"],
 }
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
