@@ -3,19 +3,53 @@
     python scripts/collect_runs.py sweep=multirun/2026-11-21/10-00-00
     python scripts/collect_runs.py sweep=DIR dest=docs/study/runs
 
-Copies each run with a metrics.json into <dest>/<configuration>/seed<k>/ (metrics.json,
+Copies each run with a metrics.json into <dest>/<protocol>/<configuration>/seed<k>/ (metrics.json,
 config.yaml, hyps.*.txt). Running it again changes nothing; a run already there whose files
 differ is replaced, with a warning. Then: python scripts/report.py sweep=<dest>
 """
 
+import logging
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.study.runs import collect_runs
+from minimt.study.runs import collected_dir, load_sweep
+
+log = logging.getLogger(__name__)
 
 DEFAULTS = {"sweep": "???", "dest": "docs/study/runs"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
+
+
+def kept_files(folder: Path) -> dict[str, bytes]:
+    """The files a collected run keeps: metrics.json, config.yaml and hyps.*.txt (those present)."""
+    paths = [folder / "metrics.json", folder / "config.yaml", *sorted(folder.glob("hyps.*.txt"))]
+    return {path.name: path.read_bytes() for path in paths if path.is_file()}
+
+
+def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
+    """Copy each finished run under `sweep_dir` to collected_dir(dest, run), with its resolved
+    config as config.yaml; returns (destination, "copied" | "unchanged" | "replaced") per run. A
+    run whose files differ is replaced, with a warning."""
+    done = []
+    for run in load_sweep(sweep_dir)[0]:
+        target = collected_dir(dest, run)
+        files = kept_files(run.dir) | {"config.yaml": OmegaConf.to_yaml(run.config).encode()}
+        present = kept_files(target)
+        if present == files:
+            done.append((target, "unchanged"))
+            continue
+        if present:
+            log.warning("%s differs from %s: replacing it", target, run.dir)
+            for name in present:
+                (target / name).unlink()
+        target.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (target / name).write_bytes(content)
+        done.append((target, "replaced" if present else "copied"))
+    return done
 
 
 @one_line_errors

@@ -2,31 +2,28 @@
 
     python scripts/report.py sweep=multirun/2026-11-21/10-00-00
     python scripts/report.py sweep=docs/study/runs              # writes docs/study/report.md
-    python scripts/report.py sweep=DIR test_set=test_2017_flickr bootstrap=2000 out=DIR
+    python scripts/report.py sweep=DIR test_set=test_2017_flickr out=DIR
     python scripts/report.py sweep=DIR margin=0.5 alpha=0.01 power=0.9
 
-Reads every run under `sweep` (metrics.json with its "config", hyps.<test set>.txt), prints the
+Reads every run under `sweep` (metrics.json with its "config" and "choices"), prints the
 configuration table and writes report.md, report.csv and PNG plots into `out`: by default the
 sweep directory, or for collected runs (scripts/collect_runs.py) the directory above them.
-`test_set` (default: the runs' first) is the headline test set; `bootstrap=0` skips sacreBLEU's
-paired bootstrap. `alpha`, `margin` (BLEU) and `power` are the verdict protocol's settings
-(defaults: minimt.study.significance.Rules; docs/study.md says where the margin comes from). Runs
-without metrics.json are listed as skipped.
+`test_set` (default: the runs' first) is the headline test set. `alpha`, `margin` (BLEU) and
+`power` are the verdict protocol's settings (defaults: minimt.study.significance.Rules;
+docs/study.md says where the margin comes from). Runs without metrics.json are listed as skipped.
 """
 
-import logging
 import sys
 
 from minimt.cli import one_line_errors, parse_args, setup_logging
+from minimt.study.markdown import configuration_table
 from minimt.study.report import build_report, write_report
-from minimt.study.sections import configuration_table
 from minimt.study.significance import Rules
 
 RULES = Rules()
 DEFAULTS = {
     "sweep": "???",
     "test_set": None,
-    "bootstrap": 1000,
     "out": None,
     "alpha": RULES.alpha,
     "margin": RULES.margin,
@@ -39,9 +36,8 @@ USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
     setup_logging()
-    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # three lines per bootstrap
     rules = Rules(args.alpha, args.margin, args.power)
-    report = build_report(args.sweep, args.test_set, args.bootstrap, args.out, rules)
+    report = build_report(args.sweep, args.test_set, args.out, rules)
     paths = write_report(report)
     print(configuration_table(report.rows))
     for path in paths:

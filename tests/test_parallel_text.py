@@ -43,7 +43,6 @@ def toy_run(tmp_path_factory):
         "tokenizer.vocab_size=400",
         "trainer.max_steps=40",
         "trainer.val_every=20",
-        "decoding.long_inputs=[1,2]",  # off by default: kept working as an option
         f"hydra.run.dir={root / 'run'}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -54,7 +53,6 @@ def test_a_parallel_text_run_writes_metrics_json_and_hparams(toy_run):
     metrics = json.loads((toy_run / "metrics.json").read_text())
     assert metrics["steps"] == 40 and set(metrics["test"]) == {"test"}
     assert 0 <= metrics["test"]["test"]["bleu"] <= 100
-    assert set(metrics["long_inputs"]) == {"test"}
     hparams = False
     for path in toy_run.glob("events.out.tfevents*"):
         accumulator = EventAccumulator(str(path))

@@ -1,7 +1,8 @@
-"""The plan's looks answered from runs: a family is tested only with all its planned seeds, Holm
-over its fixed size; an interaction is the per-seed difference of two differences; the init
+"""The plan's families answered from runs: a family is tested only with all its planned seeds,
+Holm over its fixed size; an interaction is the per-seed difference of two differences; the init
 ratio of a run that did not record it is the one its config gives."""
 
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,9 @@ import torch
 from omegaconf import OmegaConf
 
 from minimt.config import build_model
-from minimt.study.questions import PLAN, answer_plan
+from minimt.study.questions import PLAN, answer_questions
 from minimt.study.runs import Run, init_ratio
-from minimt.study.sections import plan_table
-from minimt.study.significance import holm, paired_difference
+from minimt.study.significance import Rules, holm, paired_difference
 from tests.helpers import compose_config
 
 TEST_SET = "test_2016_flickr"
@@ -34,22 +34,40 @@ def scores(arm: str, seeds, base: float, step: float) -> list[Run]:
     return [run(arm, s, base + step * s) for s in seeds]
 
 
-def results_of(question: str, look: int, runs) -> list:
-    return [r for r in answer_plan(runs) if (r.look.question, r.look.look) == (question, look)]
+def answers_of(runs: list[Run]) -> list:
+    groups = defaultdict(list)
+    for r in runs:
+        groups[r.configuration].append(r)
+    return answer_questions(groups, TEST_SET, Rules())
+
+
+def family(question: str, look: int, runs: list[Run]):
+    answers = answers_of(runs)
+    return next(a for a in answers if (a.family.question, a.family.look) == (question, look))
 
 
 def test_a_family_is_tested_only_once_every_test_has_its_planned_seeds():
     seeds = (1, 2, 3)
     runs = scores("full_sinusoidal", seeds, 39, 0.1) + scores("full_learned", seeds, 37, 0.3)
-    partial = results_of("Q1", 1, runs)
-    assert [r.holm_p for r in partial] == [None, None]  # full_rope has not run
-    assert partial[0].difference.mean == pytest.approx(-2 + 0.2 * 2)
-    assert "waiting: 0 of 3" in partial[1].verdict
+    partial = family("Q1", 1, runs)
+    assert not partial.complete and [c.verdict for c in partial.comparisons] == [None, None]
+    assert partial.comparisons[0].difference.mean == pytest.approx(-2 + 0.2 * 2)
+    assert partial.comparisons[1].seeds == [] and partial.comparisons[1].difference is None
+    assert partial.record(partial.comparisons[1])["verdict"] == "waiting: 0 of 3 planned seeds in"
+    assert partial.record(partial.comparisons[0])["verdict"] == "waiting for its family"
 
-    complete = results_of("Q1", 1, runs + scores("full_rope", seeds, 40, -0.2))
-    p = [r.difference.p_value for r in complete]
-    assert [r.holm_p for r in complete] == pytest.approx(holm(p))
-    assert len(complete[0].look.tests) == 2  # m fixed by the plan
+    complete = family("Q1", 1, runs + scores("full_rope", seeds, 40, -0.2))
+    p = [c.difference.p_value for c in complete.comparisons]
+    assert [c.verdict.holm_p for c in complete.comparisons] == pytest.approx(holm(p))
+    assert complete.size == 2 and complete.alpha == 0.025  # m and alpha fixed by the plan
+
+
+def test_only_the_planned_seeds_enter_a_planned_test():
+    runs = scores("full_sinusoidal", range(1, 7), 39, 0.1) + scores(
+        "full_learned", range(1, 7), 37, 0.3
+    )
+    (learned, _) = family("Q1", 1, runs).comparisons
+    assert learned.seeds == [1, 2, 3]
 
 
 def test_the_interaction_is_the_per_seed_difference_of_differences_on_new_seeds_only():
@@ -60,20 +78,19 @@ def test_the_interaction_is_the_per_seed_difference_of_differences_on_new_seeds_
         + scores("full_learned", (1, *new), 37, 0.2)
         + scores("unscaled_learned", (1, *new), 38, 0.4)
     )
-    (result,) = results_of("Q2x", 1, runs)
+    (result,) = family("Q2x", 1, runs).comparisons
     assert result.seeds == list(new)
     sinusoidal = [(37 + 0.05 * s) - (39 + 0.1 * s) for s in new]
     learned = [(38 + 0.4 * s) - (37 + 0.2 * s) for s in new]
     expected = paired_difference(sinusoidal, learned)
     assert result.difference.mean == pytest.approx(expected.mean)
-    assert result.holm_p == pytest.approx(expected.p_value)  # a family of one
-    assert "(unscaled_learned - full_learned)" in plan_table([result])
+    assert result.verdict.holm_p == pytest.approx(expected.p_value)  # a family of one
 
 
 def test_runs_of_another_protocol_never_enter_the_plan():
     runs = [run("full_sinusoidal", s, 39, experiment="study") for s in (1, 2, 3)]
-    assert all(r.seeds == [] for r in answer_plan(runs))
-    assert sum(len(look.tests) for look in PLAN) == len(answer_plan(runs))
+    answers = answers_of(runs)
+    assert answers and all(a.family not in PLAN for a in answers)
 
 
 @pytest.mark.parametrize("arm", ["full_sinusoidal", "fairseq_learned", "unscaled_small_sinusoidal"])

@@ -1,116 +1,91 @@
-"""The study's questions name configurations the sweeps run, and each run's protocol is the
-experiment config and precision it trained with."""
+"""The study's questions and plan name arms the sweeps run, and each run's protocol is the
+experiment config, precision and kind of device it trained with."""
 
 import pytest
 
-from minimt.study.questions import (
-    FIRST_SEEDS,
-    PLAN,
-    QUESTIONS,
-    Contrast,
-    Interaction,
-    exploratory,
-    planned_alpha,
-)
-from minimt.study.runs import AS_CONFIGURED, configuration_of, protocol_of
-from tests.helpers import REPO, compose_config
+from minimt.study.questions import FIRST, PLAN, QUESTIONS, Contrast, Interaction
+from minimt.study.runs import DECLARED, Protocol, protocol_of
+from tests.helpers import REPO
+
+ARMS = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
 
 
 def test_every_compared_configuration_is_an_arm_of_the_sweeps():
-    arms = sorted(path.stem for path in (REPO / "configs" / "arm").glob("*.yaml"))
-    slugs = {configuration_of(compose_config(f"arm={arm}")).local_slug for arm in arms}
-    compared = {s for q in QUESTIONS for c in q.contrasts for s in (c.system, c.reference)}
-    assert compared <= slugs
-    assert [q.key for q in QUESTIONS] == ["Q1", "Q2", "Q3", "Q4", "Q5"]
-    assert len(QUESTIONS[1].contrasts) == 15  # the 2x2 and its diagonal for three encodings
+    compared = {arm for family in QUESTIONS for test in family.tests for arm in test.arms}
+    assert compared <= ARMS
+    assert [family.question for family in QUESTIONS] == ["Q1", "Q2", "Q3", "Q4", "Q5"]
+    assert len(QUESTIONS[1].tests) == 15  # the 2x2 and its diagonal for three encodings
+    assert not any(family.planned for family in QUESTIONS)
 
 
 @pytest.mark.parametrize(
-    ("experiment", "precision", "name", "prefix"),
+    ("experiment", "precision", "device", "name"),
     [
-        ("study", "bf16", "study", ""),
-        ("study_cpu", "fp32", "study_cpu", "cpu"),
-        ("study_cpu", "bf16", "study_cpu_bf16", "study_cpu_bf16"),  # never paired with fp32
-        ("study", "fp32", "study_fp32", "study_fp32"),
+        ("study", "bf16", "NVIDIA H100 80GB HBM3", "study"),
+        ("study", "bf16", None, "study"),  # no device recorded: the declared protocol's
+        ("study_cpu", "fp32", "cpu", "study_cpu"),
+        ("study_cpu", "bf16", "cpu", "study_cpu_bf16_cpu"),  # never paired with fp32
+        ("study", "bf16", "cpu", "study_bf16_cpu"),  # another kind of device
+        ("smoke", "fp32", "cpu", "smoke_fp32_cpu"),
+        (None, "fp32", "cpu", "as_configured_fp32_cpu"),
     ],
 )
-def test_a_runs_protocol_is_its_experiment_and_precision(experiment, precision, name, prefix):
-    cfg = compose_config(f"experiment={experiment}", "arm=full_rope", "trainer.seed=4")
-    protocol = protocol_of(cfg, precision)
-    assert (protocol.name, protocol.slug_prefix) == (name, prefix)
-    slug = configuration_of(cfg, precision).slug
-    assert slug == (f"{prefix}-full-rope" if prefix else "full-rope")
+def test_a_runs_protocol_is_its_experiment_precision_and_kind_of_device(
+    experiment, precision, device, name
+):
+    metrics = {"choices": {"experiment": experiment}, "precision": precision, "device": device}
+    protocol = protocol_of(metrics)
+    assert protocol.name == name
+    assert (protocol in DECLARED) == (name in ("study", "study_cpu"))
 
 
-def test_a_run_on_another_kind_of_device_is_its_own_protocol():
-    cfg = compose_config("experiment=study")
-    assert protocol_of(cfg, "bf16", "NVIDIA H100 80GB HBM3").name == "study"
-    assert protocol_of(cfg, "bf16", None).name == "study"  # saved before the device was recorded
-    on_cpu = protocol_of(cfg, "bf16", "cpu")
-    assert (on_cpu.name, on_cpu.slug_prefix) == ("study_bf16_cpu", "study_bf16_cpu")
-
-
-def test_runs_of_no_declared_experiment_are_grouped_as_configured():
-    assert protocol_of(compose_config("experiment=smoke"), "fp32") == AS_CONFIGURED
-    changed = compose_config("experiment=study_cpu", "trainer.lr=1e-3")
-    assert protocol_of(changed, "fp32") == AS_CONFIGURED
+def test_declared_protocols_say_their_device_in_words_and_come_first():
+    assert (
+        Protocol("study_cpu", "fp32", "cpu").title == "experiment=study_cpu, fp32 on a 2-core CPU"
+    )
+    assert Protocol("smoke", "fp32", "cpu").title == "experiment=smoke, fp32 on cpu"
+    protocols = [Protocol("a", "fp32", "cpu"), *DECLARED]
+    assert sorted(protocols, key=lambda p: p.rank)[-1] == Protocol("a", "fp32", "cpu")
 
 
 def test_the_plan_names_arms_that_exist_and_fixes_each_family_before_its_runs():
-    arms = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
-    for look in PLAN:
-        assert look.tests, f"{look.question} look {look.look} tests nothing"
-        for test in look.tests:
-            comparison = test.comparison
-            contrasts = (
-                (comparison.first, comparison.second)
-                if isinstance(comparison, Interaction)
-                else (comparison,)
-            )
-            assert {arm for c in contrasts for arm in (c.system, c.reference)} <= arms
+    for family in PLAN:
+        assert family.tests, f"{family.question} look {family.look} tests nothing"
+        assert family.planned and family.alpha is not None
+        for test in family.tests:
+            assert set(test.arms) <= ARMS
             assert len(test.seeds) == len(set(test.seeds)) >= 3
 
 
 def test_the_plan_spends_at_most_the_family_wise_alpha_of_each_question_over_its_looks():
     spent: dict[str, float] = {}
-    for look in PLAN:
-        spent[look.question] = spent.get(look.question, 0.0) + look.alpha
+    for family in PLAN:
+        spent[family.question] = spent.get(family.question, 0.0) + family.alpha
     assert spent == pytest.approx({"Q1": 0.025, "Q2": 0.05, "Q2x": 0.05, "Q6": 0.05})
     # Q1's second look has nothing left that new seeds can settle: its 0.025 stays unspent.
 
 
 def test_the_second_look_tests_only_what_the_first_left_open_and_on_more_seeds():
-    def tests_of(question: str, number: int) -> list:
-        return [
-            t
-            for look in PLAN
-            if (look.question, look.look) == (question, number)
-            for t in look.tests
-        ]
+    def tests_of(question: str, look: int) -> list:
+        return [t for f in PLAN if (f.question, f.look) == (question, look) for t in f.tests]
 
-    first = {test.comparison: test.seeds for test in tests_of("Q2", 1)}
-    second = tests_of("Q2", 2)
+    first = {(t.system, t.reference): t.seeds for t in tests_of("Q2", 1)}
     called_at_look_1 = {
-        Contrast("init1_sinusoidal", "full_sinusoidal"),
-        Contrast("unscaled_init1_sinusoidal", "init1_sinusoidal"),
+        ("init1_sinusoidal", "full_sinusoidal"),
+        ("unscaled_init1_sinusoidal", "init1_sinusoidal"),
     }
-    for test in second:
-        assert test.comparison in first and test.comparison not in called_at_look_1
-        assert set(first[test.comparison]) < set(test.seeds)
+    for test in tests_of("Q2", 2):
+        pair = (test.system, test.reference)
+        assert pair in first and pair not in called_at_look_1
+        assert set(first[pair]) < set(test.seeds)
 
 
 def test_the_interaction_is_tested_on_new_seeds_only():
-    (q2x,) = [look for look in PLAN if look.question == "Q2x"]
+    (q2x,) = [family for family in PLAN if family.question == "Q2x"]
     (test,) = q2x.tests
-    assert not set(test.seeds) & set(FIRST_SEEDS)
-    assert isinstance(test.comparison, Interaction)
-    assert test.comparison.first.reference == "full_learned"
-    assert test.comparison.second.reference == "full_sinusoidal"
-
-
-def test_the_report_spends_the_plans_alpha_per_look_and_marks_protocols_planned_late():
-    assert planned_alpha("study_cpu", "Q1") == planned_alpha("study_cpu", "Q2") == 0.025
-    assert planned_alpha("study_cpu", "Q3") is None  # not in the plan: the report's alpha
-    assert planned_alpha("study", "Q2") is None  # the plan is study_cpu's only
-    assert exploratory("study") == "plan written after the data"
-    assert exploratory("study_cpu") == exploratory("study_fp32") == ""
+    assert isinstance(test, Interaction) and not set(test.seeds) & set(FIRST)
+    assert test.first == Contrast("unscaled_learned", "full_learned")
+    assert test.second == Contrast("unscaled_sinusoidal", "full_sinusoidal")
+    assert test.describe() == (
+        "(unscaled_learned - full_learned) - (unscaled_sinusoidal - full_sinusoidal)"
+    )

@@ -1,4 +1,5 @@
-"""A run's configuration from its saved config (old configs included), and runs kept as data."""
+"""A run's configuration is the arm it recorded, split by any other setting its runs differ in;
+collected runs are kept as data."""
 
 import json
 import logging
@@ -6,89 +7,28 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from minimt.study.runs import (
-    Configuration,
-    DataRegime,
-    Embedding,
-    collect_runs,
-    configuration_of,
-    load_sweep,
-)
-from scripts.collect_runs import main
+from minimt.study.runs import load_sweep
+from scripts.collect_runs import collect_runs, main
 
 
-def saved_config(pe="sinusoidal", share="all", data=None, **keys) -> dict:
-    """A resolved config as metrics.json keeps it; `keys` are dotted overrides."""
-    cfg = OmegaConf.create(
-        {
-            "pe": {"name": pe, "encoder": pe, "decoder": pe},
-            "embedding": {"scale": True, "share": share, "init_std": None},
-            "data": {"train_max_words": None, "long_tests_over": None, "train_subsample": None}
-            | (data or {}),
-            "trainer": {"seed": 1},
-        }
-    )
-    for key, value in keys.items():
-        OmegaConf.update(cfg, key.replace("__", "."), value)
-    return OmegaConf.to_container(cfg)
+def saved_config(pe: str = "sinusoidal", seed: int = 1, lr: float = 1e-3) -> dict:
+    return {
+        "pe": {"name": pe, "encoder": pe, "decoder": pe},
+        "embedding": {"scale": True, "share": "all", "init_std": None},
+        "trainer": {"seed": seed, "lr": lr, "max_minutes": 10.0 * seed},
+        "data": {"dir": f"data{seed}"},
+    }
 
 
-def slug(**kwargs) -> str:
-    return configuration_of(OmegaConf.create(saved_config(**kwargs))).slug
-
-
-def test_slugs_name_the_regime_and_what_differs_from_the_baseline():
-    assert slug() == "full-sinusoidal"
-    words = {"train_max_words": 15, "long_tests_over": 15}
-    assert slug(pe="alibi", data=words) == "length15-alibi"
-    assert slug(embedding__scale=False, embedding__init_std=1.0) == "full-sinusoidal-unscaled-init1"
-    assert slug(share="none") == "full-sinusoidal-share_none"
-    assert slug(pe__decoder="none") == "full-enc_sinusoidal-dec_none"
-    control = {"long_tests_over": 15, "train_subsample": 12000}
-    assert slug(pe="learned", data=control) == "control15-learned"
-    assert slug(data={"train_subsample": 500}) == "subsample500-sinusoidal"
-
-
-def test_share_true_and_false_read_as_their_tying_levels():
-    for share, level in ((True, "all"), (False, "decoder")):
-        pe = {"name": "rope", "encoder": "rope", "decoder": "rope"}
-        saved = {"pe": pe, "embedding": {"scale": False, "share": share, "init_std": None}}
-        configuration = configuration_of(OmegaConf.create(saved))
-        assert configuration == Configuration(
-            DataRegime(None, None, None), Embedding("rope", "rope", False, level, None)
-        )
-    assert configuration.regime.slug == "full"
-    assert configuration.slug == "full-rope-unscaled-share_decoder"
-
-
-def test_each_regime_has_its_own_baseline_sorted_first():
-    words = {"train_max_words": 15, "long_tests_over": 15}
-    control = {"long_tests_over": 15, "train_subsample": 12000}
-    configs = [
-        configuration_of(OmegaConf.create(saved_config(pe=pe, data=data)))
-        for data in (control, words, None)
-        for pe in ("learned", "sinusoidal")
-    ]
-    ordered = sorted(configs, key=Configuration.sort_key)
-    assert [c.slug for c in ordered] == [
-        "full-sinusoidal",
-        "full-learned",
-        "length15-sinusoidal",
-        "length15-learned",
-        "control15-sinusoidal",
-        "control15-learned",
-    ]
-    assert all(c.baseline.is_baseline and c.baseline.regime == c.regime for c in configs)
-    assert ordered[3].baseline == ordered[2]
-    assert "length split (<= 15 words)" in ordered[2].label
-    assert "12,000 random pairs" in ordered[4].label
-
-
-def write_run(run_dir, seed: int, pe: str = "sinusoidal", bleu: float = 30.0) -> None:
+def write_run(run_dir, seed: int, pe: str = "sinusoidal", arm: str | None = None, **config):
     run_dir.mkdir(parents=True)
+    choices = {"experiment": "toy", "pe": pe} | ({"arm": arm} if arm else {})
     metrics = {
-        "config": saved_config(pe=pe, trainer__seed=seed),
-        "test": {"test": {"bleu": bleu}},
+        "config": saved_config(pe, seed, **config),
+        "choices": choices,
+        "precision": "fp32",
+        "device": "cpu",
+        "test": {"test": {"bleu": 30.0}},
         "val_history": [{"step": 10, "bleu": 1.0, "loss": 5.0}],
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
@@ -101,38 +41,73 @@ def write_run(run_dir, seed: int, pe: str = "sinusoidal", bleu: float = 30.0) ->
 def sweep(tmp_path):
     root = tmp_path / "sweep"
     for seed in (1, 2):
-        write_run(root / f"pe=learned,seed={seed}", seed, "learned")
-        write_run(root / f"pe=sinusoidal,seed={seed}", seed)
-    (root / "pe=sinusoidal,seed=3" / ".hydra").mkdir(parents=True)  # never finished
+        write_run(root / f"learned/seed{seed}", seed, "learned", arm="full_learned")
+        write_run(root / f"sinusoidal/seed{seed}", seed, arm="full_sinusoidal")
+    (root / "sinusoidal/seed3" / ".hydra").mkdir(parents=True)  # never finished
     return root
+
+
+def names(runs) -> list[tuple[str, int]]:
+    return [(run.configuration.name, run.seed) for run in runs]
+
+
+def test_a_run_is_named_by_its_arm_whatever_its_seed_caps_and_data_folder(sweep):
+    runs, skipped = load_sweep(sweep)
+    assert names(runs) == [
+        ("full_learned", 1),
+        ("full_learned", 2),
+        ("full_sinusoidal", 1),
+        ("full_sinusoidal", 2),
+    ]
+    assert skipped == [(sweep / "sinusoidal/seed3", "no metrics.json (failed or unfinished)")]
+    assert {run.configuration.protocol.name for run in runs} == {"toy_fp32_cpu"}
+
+
+def test_runs_without_an_arm_are_named_by_the_settings_that_tell_them_apart(tmp_path):
+    for seed in (1, 2):
+        for pe in ("sinusoidal", "learned"):
+            write_run(tmp_path / f"{pe}-{seed}", seed, pe)  # pe, pe.name, .encoder, .decoder
+        write_run(tmp_path / f"lr-{seed}", seed, lr=3e-3)
+    runs, _ = load_sweep(tmp_path)
+    assert sorted(set(run.configuration.name for run in runs)) == [
+        "pe=learned trainer.lr=0.001",
+        "pe=sinusoidal trainer.lr=0.001",
+        "pe=sinusoidal trainer.lr=0.003",
+    ]
+
+
+def test_an_arm_run_with_another_setting_is_a_configuration_of_its_own(tmp_path):
+    write_run(tmp_path / "a", 1, arm="full_sinusoidal")
+    write_run(tmp_path / "b", 1, arm="full_sinusoidal", lr=3e-3)
+    runs, skipped = load_sweep(tmp_path)
+    assert sorted(names(runs)) == [
+        ("full_sinusoidal trainer.lr=0.001", 1),
+        ("full_sinusoidal trainer.lr=0.003", 1),
+    ]
+    assert skipped == []
 
 
 def test_collect_runs_copies_metrics_config_and_hypotheses(sweep, tmp_path):
     dest = tmp_path / "runs"
     done = collect_runs(sweep, dest)
     assert sorted((p.relative_to(dest).as_posix(), s) for p, s in done) == [
-        ("full-learned/seed1", "copied"),
-        ("full-learned/seed2", "copied"),
-        ("full-sinusoidal/seed1", "copied"),
-        ("full-sinusoidal/seed2", "copied"),
+        ("toy_fp32_cpu/full_learned/seed1", "copied"),
+        ("toy_fp32_cpu/full_learned/seed2", "copied"),
+        ("toy_fp32_cpu/full_sinusoidal/seed1", "copied"),
+        ("toy_fp32_cpu/full_sinusoidal/seed2", "copied"),
     ]
-    kept = dest / "full-learned" / "seed2"
+    kept = dest / "toy_fp32_cpu/full_learned/seed2"
     assert sorted(p.name for p in kept.iterdir()) == [
         "config.yaml",
         "hyps.test.txt",
         "metrics.json",
     ]
     assert (kept / "metrics.json").read_bytes() == (
-        sweep / "pe=learned,seed=2" / "metrics.json"
+        sweep / "learned/seed2" / "metrics.json"
     ).read_bytes()
     config = OmegaConf.load(kept / "config.yaml")
     assert config.pe.name == "learned" and config.trainer.seed == 2
-    assert [(r.configuration.slug, r.seed) for r in load_sweep(dest).runs] == [
-        ("full-learned", 1),
-        ("full-learned", 2),
-        ("full-sinusoidal", 1),
-        ("full-sinusoidal", 2),
-    ]
+    assert names(load_sweep(dest)[0]) == names(load_sweep(sweep)[0])
 
 
 def test_collect_runs_is_idempotent_and_replaces_a_run_that_differs(sweep, tmp_path, caplog):
@@ -141,19 +116,19 @@ def test_collect_runs_is_idempotent_and_replaces_a_run_that_differs(sweep, tmp_p
     before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
     assert {s for _, s in collect_runs(sweep, dest)} == {"unchanged"}
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
-    (sweep / "pe=learned,seed=1" / "hyps.test.txt").write_text("a cat\nthe dog\n")
+    (sweep / "learned/seed1" / "hyps.test.txt").write_text("a cat\nthe dog\n")
     with caplog.at_level(logging.WARNING):
         statuses = dict(collect_runs(sweep, dest))
-    assert statuses[dest / "full-learned" / "seed1"] == "replaced"
-    assert "differs" in caplog.text
-    assert (dest / "full-learned" / "seed1" / "hyps.test.txt").read_text() == "a cat\nthe dog\n"
+    kept = dest / "toy_fp32_cpu/full_learned/seed1"
+    assert statuses[kept] == "replaced" and "differs" in caplog.text
+    assert (kept / "hyps.test.txt").read_text() == "a cat\nthe dog\n"
 
 
 def test_two_runs_of_one_configuration_and_seed_keep_the_first(sweep):
-    write_run(sweep / "z_again", 1, "learned")
-    loaded = load_sweep(sweep)
-    assert len(loaded.runs) == 4
-    assert (sweep / "z_again", "same configuration and seed as pe=learned,seed=1") in loaded.skipped
+    write_run(sweep / "z_again", 1, "learned", arm="full_learned")
+    runs, skipped = load_sweep(sweep)
+    assert len(runs) == 4
+    assert (sweep / "z_again", "same configuration and seed as learned/seed1") in skipped
 
 
 def test_the_script_prints_each_run_and_refuses_a_missing_sweep(sweep, tmp_path, capsys):

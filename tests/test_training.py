@@ -167,7 +167,7 @@ def test_smoke_run_writes_metrics_json(smoke_run):
     assert {key: on_disk[key] for key in metrics} == json.loads(json.dumps(metrics))
     assert on_disk["steps"] == 120 and on_disk["train_seconds"] > 0
     assert on_disk["stop_reason"] == "trainer.max_steps reached"
-    assert "test_average" not in on_disk and "long_inputs" not in on_disk  # both off by default
+    assert "test_average" not in on_disk  # off by default
     test = on_disk["test"]["test_2016_flickr"]
     assert 0 <= test["bleu"] <= 100 and "nrefs:1" in test["signature"]
     assert on_disk["best_val_bleu"] == max(v["bleu"] for v in on_disk["val_history"])

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args
-from minimt.study.views import save_time_to_bleu
+from minimt.study.views import figure, save
 
 DEFAULTS = {"run": "???", "peer": None, "peer_name": "joeynmt", "marks": [5, 10, 15, 20, 25, 30]}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
@@ -52,7 +52,11 @@ def main(argv: list[str]) -> None:
     ends = (f"{curve[-1][1]:.2f} ({curve[-1][0] / 60:.1f} min)" for curve in curves.values())
     print("end | " + " | ".join(ends))
     (run / "time_to_bleu.json").write_text(json.dumps({"curves": curves, "at_minutes": table}))
-    save_time_to_bleu(curves, run / "time_to_bleu.png")
+    fig, axes = figure()
+    for name, points in curves.items():
+        axes.plot([s / 60 for s, _ in points], [b for _, b in points], marker="o", label=name)
+    title = "BLEU against wall-clock time"
+    save(fig, axes, run / "time_to_bleu.png", "training minutes", "validation BLEU (greedy)", title)
     print(f"wrote {run / 'time_to_bleu.json'} and {run / 'time_to_bleu.png'}")
 
 

@@ -201,7 +201,6 @@ RULES: dict[str, Rule] = {
     "decoding.max_len_b": positive_int,
     "decoding.test_beam": positive_int,
     "decoding.length_penalty": non_negative_number,
-    "decoding.long_inputs": positive_int_list,
 }
 
 

@@ -1,22 +1,17 @@
 """The study's questions and the plan of experiment=study_cpu, declared before their runs, and
-their answers: each question's seed-paired comparisons judged within its family, each planned look
-tested once its planned seeds are in."""
+their answers: each family's seed-paired comparisons of arms, judged together (Holm within it)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.study.runs import Configuration, Protocol, Run, init_ratio
+from minimt.study.runs import Configuration, Protocol, Run, shared_test_sets
 from minimt.study.significance import (
     PairedDifference,
     Rules,
-    Translations,
     Verdict,
     family_verdicts,
-    holm,
     paired_difference,
 )
 
@@ -26,71 +21,20 @@ SPLIT_WORDS = 15  # the length split trains on sources of at most this many word
 
 @dataclass(frozen=True)
 class Contrast:
-    """`system` against `reference`, seed-paired, on the headline test set or (long_buckets) on
-    each long_* test set both have. Questions name configurations by their slug within a protocol
-    (Configuration.local_slug), the plan names arms (configs/arm)."""
+    """Arm `system` against arm `reference` (configs/arm), seed-paired, on the headline test set
+    or (long_buckets) on each long_* test set both have; on `seeds` where the plan fixes them."""
 
     system: str
     reference: str
     long_buckets: bool = False
+    seeds: tuple[int, ...] | None = None
 
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return self.system, self.reference
 
-@dataclass(frozen=True)
-class Question:
-    key: str  # Q1, Q2, ...
-    title: str
-    contrasts: tuple[Contrast, ...]  # one family for Holm's correction
-
-
-def scaling_contrasts(pe: str) -> list[Contrast]:
-    """The 2x2 of sqrt(d_model) scaling x the token table's init: each factor at each level of
-    the other, and both at once (unscaled with init std 1 keeps the scaled token norm)."""
-    base, unscaled, init1 = f"full-{pe}", f"full-{pe}-unscaled", f"full-{pe}-init1"
-    both = f"{unscaled}-init1"
-    pairs = [(unscaled, base), (init1, base), (both, base), (both, unscaled), (both, init1)]
-    return [Contrast(system, reference) for system, reference in pairs]
-
-
-def length_contrasts() -> list[Contrast]:
-    split, control = f"length{SPLIT_WORDS}", f"control{SPLIT_WORDS}"
-    in_split = [Contrast(f"{split}-{pe}", f"{split}-sinusoidal", True) for pe in ENCODINGS_IN_RANGE]
-    encodings = ("sinusoidal", *ENCODINGS_IN_RANGE)
-    return in_split + [Contrast(f"{split}-{pe}", f"{control}-{pe}", True) for pe in encodings]
-
-
-QUESTIONS = (
-    Question(
-        "Q1",
-        "Which positional encoding, in range (full data, test_2016_flickr)?",
-        tuple(Contrast(f"full-{pe}", "full-sinusoidal") for pe in ENCODINGS_IN_RANGE),
-    ),
-    Question(
-        "Q2",
-        "What does sqrt(d_model) scaling do, with the token table's init?",
-        tuple(c for pe in ("sinusoidal", "learned", "rope") for c in scaling_contrasts(pe)),
-    ),
-    Question(
-        "Q3",
-        "How far should the tables be tied?",
-        tuple(
-            Contrast(f"full-sinusoidal-share_{s}", "full-sinusoidal") for s in ("decoder", "none")
-        ),
-    ),
-    Question(
-        "Q4",
-        "Where do positions matter: encoder, decoder or both?",
-        tuple(
-            Contrast(f"full-{one}", "full-sinusoidal")
-            for one in ("enc_sinusoidal-dec_none", "enc_none-dec_sinusoidal")
-        ),
-    ),
-    Question(
-        "Q5",
-        f"Which encoding generalises to sentences longer than it trained on (<= {SPLIT_WORDS} "
-        "words), and is the loss length or data size?",
-        tuple(length_contrasts()),
-    ),
-)
+    def describe(self) -> str:
+        return f"{self.system} vs {self.reference}"
 
 
 @dataclass(frozen=True)
@@ -100,147 +44,163 @@ class Interaction:
 
     first: Contrast
     second: Contrast
-
-
-@dataclass(frozen=True)
-class PlannedTest:
-    comparison: Contrast | Interaction
-    seeds: tuple[int, ...]
+    seeds: tuple[int, ...] | None = None
+    long_buckets = False
 
     @property
-    def contrasts(self) -> tuple[Contrast, ...]:
-        c = self.comparison
-        return (c.first, c.second) if isinstance(c, Interaction) else (c,)
+    def arms(self) -> tuple[str, ...]:
+        return self.first.arms + self.second.arms
 
     def describe(self) -> str:
-        if isinstance(self.comparison, Interaction):
-            return " - ".join(f"({c.system} - {c.reference})" for c in self.contrasts)
-        return f"{self.comparison.system} vs {self.comparison.reference}"
+        return " - ".join(f"({c.system} - {c.reference})" for c in (self.first, self.second))
 
 
 @dataclass(frozen=True)
-class Look:
-    """One family tested once: a question's tests at one look, Holm over all of them at alpha."""
+class Family:
+    """A question's tests judged together, Holm's correction over them at `alpha` (None: the
+    report's). Where the plan fixes each test's seeds, the family's size is its tests, whatever
+    has run, and it is tested once every test has all its seeds."""
 
-    question: str
-    look: int
-    alpha: float
-    tests: tuple[PlannedTest, ...]
+    question: str  # Q1, Q2, ... (TITLES)
+    tests: tuple[Contrast | Interaction, ...]
+    look: int = 1
+    alpha: float | None = None
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.question]
+
+    @property
+    def planned(self) -> bool:
+        return any(test.seeds is not None for test in self.tests)
 
 
-def planned(seeds: tuple[int, ...], *contrasts: str) -> tuple[PlannedTest, ...]:
-    """A PlannedTest on `seeds` of each "system vs reference"."""
-    return tuple(PlannedTest(Contrast(*c.split(" vs ")), seeds) for c in contrasts)
+def against(reference: str, *systems: str, **options) -> tuple[Contrast, ...]:
+    return tuple(Contrast(system, reference, **options) for system in systems)
 
 
-# The plan for experiment=study_cpu from its second round on, fixed before its runs; it names arms,
-# which a run records in metrics.json "choices". Each Look is one family: Holm's m is the number
-# of tests listed, whatever has run. The family-wise 0.05 of Q1 and Q2 is split over two looks
-# (0.025 each); Q2x and Q6 are new families with one look each at 0.05. Seeds per test come from
-# the protocol's pooled seed spread (paired-difference sd 0.92 BLEU at seeds 1-3), for 80% power
-# at the observed difference.
-PLAN_PROTOCOL = "study_cpu"
-FIRST_SEEDS, NEW_SEEDS, Q6_SEEDS = (1, 2, 3), (4, 5, 6, 7, 8), (1, 2, 3, 4, 5)
-UNSCALED_MINUS_SCALED = Interaction(
-    Contrast("unscaled_learned", "full_learned"), Contrast("unscaled_sinusoidal", "full_sinusoidal")
+def scaling_contrasts(pe: str) -> tuple[Contrast, ...]:
+    """The 2x2 of sqrt(d_model) scaling x the token table's init: each factor at each level of
+    the other, and both at once (unscaled with init std 1 keeps the scaled token norm)."""
+    base, unscaled, init1, both = (
+        f"{a}{pe}" for a in ("full_", "unscaled_", "init1_", "unscaled_init1_")
+    )
+    return against(base, unscaled, init1, both) + against(unscaled, both) + against(init1, both)
+
+
+TITLES = {
+    "Q1": "Which positional encoding, in range (full data, test_2016_flickr)?",
+    "Q2": "What does sqrt(d_model) scaling do, with the token table's init?",
+    "Q2x": "Does scaling act differently on learned and sinusoidal positions?",
+    "Q3": "How far should the tables be tied?",
+    "Q4": "Where do positions matter: encoder, decoder or both?",
+    "Q5": f"Which encoding generalises to sentences longer than it trained on (<= {SPLIT_WORDS} "
+    "words), and is the loss length or data size?",
+    "Q6": "Is what matters the ratio of token to position magnitude at the input?",
+}
+LENGTH_SPLIT = against(
+    "length_sinusoidal", *(f"length_{pe}" for pe in ENCODINGS_IN_RANGE), long_buckets=True
 )
+CONTROLS = tuple(
+    Contrast(f"length_{pe}", f"control_{pe}", True) for pe in ("sinusoidal", *ENCODINGS_IN_RANGE)
+)
+QUESTIONS = (  # of every protocol without a plan
+    Family("Q1", against("full_sinusoidal", *(f"full_{pe}" for pe in ENCODINGS_IN_RANGE))),
+    Family(
+        "Q2", tuple(c for pe in ("sinusoidal", "learned", "rope") for c in scaling_contrasts(pe))
+    ),
+    Family("Q3", against("full_sinusoidal", "share_decoder", "share_none")),
+    Family("Q4", against("full_sinusoidal", "encoder_only", "decoder_only")),
+    Family("Q5", LENGTH_SPLIT + CONTROLS),
+)
+
+
+def planned(seeds: tuple[int, ...] | None, *contrasts: str) -> tuple[Contrast, ...]:
+    """A Contrast on `seeds` of each "system vs reference"."""
+    return tuple(Contrast(*c.split(" vs "), seeds=seeds) for c in contrasts)
+
+
+# The plan for experiment=study_cpu from its second round on, fixed before its runs. Each Family is
+# one look: Holm's m is the number of tests listed, whatever has run. The family-wise 0.05 of Q1
+# and Q2 is split over two looks (0.025 each); Q2x and Q6 are new families with one look each at
+# 0.05. Seeds per test come from the protocol's pooled seed spread (paired-difference sd 0.92 BLEU
+# at seeds 1-3), for 80% power at the observed difference.
+PLAN_PROTOCOL = "study_cpu"
+FIRST, NEW, Q6_SEEDS = (1, 2, 3), (4, 5, 6, 7, 8), (1, 2, 3, 4, 5)
 Q6_ARMS = ("fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal")
 PLAN = (
     # Look 1 (done): the comparisons that had run at seeds 1-3, restated at 0.025.
-    Look(
-        "Q1",
-        1,
-        0.025,
-        planned(FIRST_SEEDS, "full_learned vs full_sinusoidal", "full_rope vs full_sinusoidal"),
-    ),
-    Look(
-        "Q2",
-        1,
-        0.025,
-        planned(
-            FIRST_SEEDS,
-            "unscaled_sinusoidal vs full_sinusoidal",
-            "init1_sinusoidal vs full_sinusoidal",
-            "unscaled_init1_sinusoidal vs full_sinusoidal",
-            "unscaled_init1_sinusoidal vs unscaled_sinusoidal",
-            "unscaled_init1_sinusoidal vs init1_sinusoidal",
-            "unscaled_learned vs full_learned",
-            "unscaled_rope vs full_rope",
-        ),
-    ),
+    Family("Q1", planned(
+        FIRST, "full_learned vs full_sinusoidal", "full_rope vs full_sinusoidal"
+    ), 1, 0.025),
+    Family("Q2", planned(
+        FIRST, "unscaled_sinusoidal vs full_sinusoidal", "init1_sinusoidal vs full_sinusoidal",
+        "unscaled_init1_sinusoidal vs full_sinusoidal",
+        "unscaled_init1_sinusoidal vs unscaled_sinusoidal",
+        "unscaled_init1_sinusoidal vs init1_sinusoidal",
+        "unscaled_learned vs full_learned", "unscaled_rope vs full_rope",
+    ), 1, 0.025),
     # Look 2: what look 1 left open and new seeds can settle. Q1 has nothing left to test there
     # (learned was called at look 1; rope gets no new seeds, it needs about 7).
-    Look(
-        "Q2",
-        2,
-        0.025,
-        planned(
-            (*FIRST_SEEDS, *NEW_SEEDS),
-            "unscaled_sinusoidal vs full_sinusoidal",
-            "unscaled_learned vs full_learned",
-        )
-        + planned(Q6_SEEDS, "unscaled_init1_sinusoidal vs full_sinusoidal"),
-    ),
+    Family("Q2", planned(
+        (*FIRST, *NEW), "unscaled_sinusoidal vs full_sinusoidal", "unscaled_learned vs full_learned"
+    ) + planned(Q6_SEEDS, "unscaled_init1_sinusoidal vs full_sinusoidal"), 2, 0.025),
     # The interaction seeds 1-3 suggested, tested on new seeds only.
-    Look("Q2x", 1, 0.05, (PlannedTest(UNSCALED_MINUS_SCALED, NEW_SEEDS),)),
+    Family("Q2x", (Interaction(*planned(
+        None, "unscaled_learned vs full_learned", "unscaled_sinusoidal vs full_sinusoidal"
+    ), NEW),), 1, 0.05),
     # Magnitude balance: each new arm against the default and against today's learned arm.
-    Look(
-        "Q6",
-        1,
-        0.05,
-        planned(
-            Q6_SEEDS,
-            *(f"{arm} vs {ref}" for arm in Q6_ARMS for ref in ("full_sinusoidal", "full_learned")),
-        ),
-    ),
-)
+    Family("Q6", planned(
+        Q6_SEEDS, *(f"{a} vs {ref}" for a in Q6_ARMS for ref in ("full_sinusoidal", "full_learned"))
+    ), 1, 0.05),
+)  # fmt: skip
 # The protocols whose families and margin were written after their runs had been analysed (the
 # 48 runs of experiment=study, first under Holm over all 36 comparisons and a margin of +-0.5):
 # their verdicts are exploratory until new seeds, under a plan written first, confirm them.
 WRITTEN_AFTER_THE_DATA = ("study",)
 
 
-def planned_alpha(protocol: str, question: str) -> float | None:
-    """The alpha the plan spends on `question` per look in `protocol`; None where it has none."""
-    alphas = {look.alpha for look in PLAN if look.question == question}
-    return min(alphas) if protocol == PLAN_PROTOCOL and alphas else None
-
-
-def exploratory(protocol: str) -> str:
-    """Why a protocol's verdicts are exploratory; "" when its plan came before its runs."""
-    return "plan written after the data" if protocol in WRITTEN_AFTER_THE_DATA else ""
-
-
 @dataclass
 class Comparison:
-    """A system configuration against a reference one on one test set, seeds paired."""
+    """One test of a family on one test set, seeds paired."""
 
-    reference: Configuration
-    system: Configuration
+    test: Contrast | Interaction
+    system: Configuration  # the first arm's
+    reference: Configuration  # the second arm's
     test_set: str
-    seeds: list[int]
-    difference: PairedDifference  # test BLEU, system minus reference
-    bootstrap: dict[int, float]  # seed -> paired bootstrap p of that seed's two runs
-    runs: list[Run]  # the paired runs of both sides
-    signature: str | None  # the bootstrap's; None without one
-    verdict: Verdict | None = None  # set with its family's
+    seeds: list[int]  # the test's seeds that every arm has run
+    difference: PairedDifference | None  # test BLEU, system minus reference; None: no seed yet
+    runs: list[Run]  # the paired runs of every arm
+    verdict: Verdict | None = None  # set with its family's, once it is tested
 
 
 @dataclass
-class Family:
-    """One question's comparisons in one protocol: what Holm's correction runs over."""
+class Answer:
+    """One family in one protocol: what Holm's correction runs over."""
 
     protocol: Protocol
-    question: Question
+    family: Family
     comparisons: list[Comparison]
-    not_run: list[Contrast]  # no runs of one side, or no common seed
-    lacking: list[str]  # configurations without runs that a contrast with runs of the other needs
+    not_run: list[Contrast | Interaction]  # no runs of an arm, or no common seed
     alpha: float  # the report's, or the plan's share of it
-    exploratory: str
+
+    @property
+    def exploratory(self) -> str:
+        """Why its verdicts are exploratory; "" when its plan came before its runs."""
+        return "plan written after the data" if self.protocol.name in WRITTEN_AFTER_THE_DATA else ""
+
+    @property
+    def complete(self) -> bool:
+        """Every planned test has all its seeds (always, for a family without a plan)."""
+        seeds = {c.test: len(c.seeds) for c in self.comparisons}
+        planned = [(t, len(t.seeds)) for t in self.family.tests if t.seeds is not None]
+        return all(seeds.get(test) == n for test, n in planned)
 
     @property
     def size(self) -> int:
-        """Holm's m: the comparisons with a p-value (2+ paired seeds)."""
+        """Holm's m: a planned family's tests, or the comparisons with a p-value (2+ seeds)."""
+        if self.family.planned:
+            return len(self.family.tests)
         return sum(c.difference.p_value is not None for c in self.comparisons)
 
     @property
@@ -248,146 +208,85 @@ class Family:
         """The runs its comparisons rest on, each once, in order of first use."""
         return list({id(run): run for c in self.comparisons for run in c.runs}.values())
 
-
-def shared_test_sets(runs: Sequence[Run]) -> list[str]:
-    """The test sets every run has, in the first run's order."""
-    common = set.intersection(*(set(run.test_sets) for run in runs))
-    return [name for name in runs[0].test_sets if name in common]
-
-
-def contrast_test_sets(contrast: Contrast, runs: Sequence[Run], headline: str) -> list[str]:
-    """The headline test set, or with long_buckets every long_* set, where all the runs have it."""
-    names = shared_test_sets(runs)
-    if contrast.long_buckets:
-        return [name for name in names if name.startswith(LONG_PREFIX)]
-    return [headline] if headline in names else []
+    def record(self, c: Comparison) -> dict:
+        """One comparison's report.csv columns: its family, the difference over its paired seeds
+        with the unadjusted 95% CI, and its verdict (or how many planned seeds are in)."""
+        d, v, planned = c.difference, c.verdict, c.test.seeds
+        low, high = (d and d.ci95) or (None, None)
+        record = {"question": self.family.question, "look": self.family.look}
+        record |= {"family_size": self.size, "alpha": self.alpha}
+        record |= {"exploratory": self.exploratory or None, "comparison": c.test.describe()}
+        record |= {"test_set": c.test_set, "paired_seeds": " ".join(map(str, c.seeds))}
+        record["planned_seeds"] = None if planned is None else " ".join(map(str, planned))
+        record |= {"difference": d and d.mean, "ci95_low": low, "ci95_high": high}
+        record |= {"p_value": d and d.p_value, "holm_p": v and v.holm_p}
+        record |= {"tost_holm_p": v and v.holm_tost_p, "detectable": v and v.detectable}
+        record |= {"seeds_for_difference": v and v.seeds_for_difference}
+        record |= {"seeds_for_equivalence": v and v.seeds_for_equivalence}
+        n, of = len(c.seeds), len(planned or ())
+        waiting = f"waiting: {n} of {of} planned seeds in" if n < of else "waiting for its family"
+        return record | {"verdict": v.verdict if v else waiting, "reason": v and v.reason or None}
 
 
 def answer_questions(
     groups: dict[Configuration, list[Run]],
     headline: str,
-    translations: Translations,
-    resamples: int,
     rules: Rules,
-) -> tuple[list[Family], str | None]:
-    """Every question in every protocol that has runs, its comparisons judged within the family
-    (at rules.alpha, or the plan's smaller share); and the bootstrap's signature."""
-    by_slug = {(c.protocol, c.local_slug): runs for c, runs in groups.items()}
-    families = []
+) -> list[Answer]:
+    """Every family of every protocol that has runs (its plan's, or QUESTIONS), its comparisons
+    judged together once it is complete."""
+    by_arm = {(c.protocol, c.name): runs for c, runs in groups.items()}
+    answers = []
     for protocol in dict.fromkeys(c.protocol for c in groups):
-        for question in QUESTIONS:
-            share = planned_alpha(protocol.name, question.key)
-            alpha = rules.alpha if share is None else min(rules.alpha, share)
-            family = Family(protocol, question, [], [], [], alpha, exploratory(protocol.name))
-            for contrast in question.contrasts:
-                reference = by_slug.get((protocol, contrast.reference))
-                system = by_slug.get((protocol, contrast.system))
-                found = []
-                if reference and system:
-                    for name in contrast_test_sets(contrast, reference + system, headline):
-                        comparison = compare(reference, system, name, translations, resamples)
-                        found += [comparison] if comparison else []
-                family.comparisons += found
-                family.not_run += [] if found else [contrast]
-                if (reference is None) != (system is None):
-                    needed = contrast.system if system is None else contrast.reference
-                    family.lacking += [] if needed in family.lacking else [needed]
-            differences = [c.difference for c in family.comparisons]
-            verdicts = family_verdicts(differences, replace(rules, alpha=alpha))
-            for comparison, verdict in zip(family.comparisons, verdicts, strict=True):
-                comparison.verdict = verdict
-            families.append(family)
-    signatures = (c.signature for family in families for c in family.comparisons)
-    return families, next((s for s in signatures if s), None)
+        for family in PLAN if protocol.name == PLAN_PROTOCOL else QUESTIONS:
+            alpha = min(rules.alpha, family.alpha or rules.alpha)
+            answer = Answer(protocol, family, [], [], alpha)
+            for test in family.tests:
+                sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
+                runs = [run for side in sides.values() for run in side]
+                sets = shared_test_sets(runs) if all(sides.values()) else []
+                if test.long_buckets:
+                    sets = [name for name in sets if name.startswith(LONG_PREFIX)]
+                else:
+                    sets = [headline] if headline in sets or family.planned else []
+                found = [compare(test, sides, protocol, name) for name in sets]
+                answer.comparisons += [c for c in found if c]
+                answer.not_run += [] if any(found) else [test]
+            if answer.complete:
+                verdicts = family_verdicts(
+                    [c.difference for c in answer.comparisons], replace(rules, alpha=alpha)
+                )
+                for comparison, verdict in zip(answer.comparisons, verdicts, strict=True):
+                    comparison.verdict = verdict
+            answers.append(answer)
+    return answers
 
 
 def compare(
-    reference: Sequence[Run],
-    system: Sequence[Run],
+    test: Contrast | Interaction,
+    sides: dict[str, list[Run]],
+    protocol: Protocol,
     test_set: str,
-    translations: Translations,
-    resamples: int,
 ) -> Comparison | None:
-    """Seed s of `system` against seed s of `reference` (None without a common seed), with a
-    paired bootstrap per seed pair whose hypotheses and references can be read."""
-    partners = {run.seed: run for run in reference}
-    pairs = [(partners[run.seed], run) for run in system if run.seed in partners]
-    if not pairs:
+    """The test on the seeds of its plan (or all) that every arm has run; None where no seed is
+    common and the plan fixes none."""
+    by_seed = {arm: {run.seed: run for run in runs} for arm, runs in sides.items()}
+    common = set.intersection(*(set(runs) for runs in by_seed.values()))
+    seeds = [s for s in (test.seeds or sorted(common)) if s in common]
+    if not seeds and test.seeds is None:
         return None
-    bleu = [[run.scores(test_set)["bleu"] for run in side] for side in zip(*pairs, strict=True)]
-    p_values, signature = {}, None
-    for ref, run in pairs if resamples else []:
-        if result := translations.bootstrap(ref, run, test_set, resamples):
-            p_values[run.seed], signature = result.p_value, result.signature
-    seeds, runs = [run.seed for _, run in pairs], [run for pair in pairs for run in pair]
-    ends = reference[0].configuration, system[0].configuration
-    return Comparison(*ends, test_set, seeds, paired_difference(*bleu), p_values, runs, signature)
 
+    def bleu(arm: str) -> list[float]:
+        return [by_seed[arm][s].scores(test_set)["bleu"] for s in seeds]
 
-@dataclass
-class PlannedResult:
-    """One planned test: the seeds in so far, its difference over them, and once its whole look
-    has every planned seed, the Holm-adjusted p."""
+    def change(c: Contrast) -> list[float]:
+        return [s - r for s, r in zip(bleu(c.system), bleu(c.reference), strict=True)]
 
-    look: Look
-    test: PlannedTest
-    seeds: list[int]
-    difference: PairedDifference | None
-    holm_p: float | None = None
-
-    @property
-    def verdict(self) -> str:
-        if self.holm_p is None:
-            return f"waiting: {len(self.seeds)} of {len(self.test.seeds)} planned seeds in"
-        if self.holm_p < self.look.alpha:
-            return "**better**" if self.difference.mean > 0 else "**worse**"
-        return "no difference shown at this look"
-
-
-def plan_scores(runs: Sequence[Run]) -> dict[str, dict[int, float]]:
-    """arm -> seed -> headline test BLEU of the plan protocol's runs that record their arm."""
-    scores: dict[str, dict[int, float]] = {}
-    for run in runs:
-        arm = run.metrics.get("choices", {}).get("arm")
-        if arm and run.configuration.protocol.name == PLAN_PROTOCOL:
-            scores.setdefault(arm, {})[run.seed] = run.scores(run.test_sets[0])["bleu"]
-    return scores
-
-
-def ratio_points(runs: Sequence[Run]) -> dict[str, list[tuple[float, float]]]:
-    """(init ratio, test BLEU) of each run of the plan's protocol on full data, by encoding."""
-    points = defaultdict(list)
-    for run in runs:
-        c = run.configuration
-        if c.protocol.name == PLAN_PROTOCOL and c.regime.slug == "full":
-            if (ratio := init_ratio(run)) is not None:
-                points[c.embedding.pe].append((ratio, run.scores(run.test_sets[0])["bleu"]))
-    return points
-
-
-def answer_plan(runs: Sequence[Run]) -> list[PlannedResult]:
-    """Every planned test with what has run; a look's family is tested, Holm over all its tests,
-    once every test has all its planned seeds. An interaction's reference is the per-seed change
-    of its second setting, its system that of its first."""
-    scores, results = plan_scores(runs), []
-    for look in PLAN:
-        family = []
-        for test in look.tests:
-            arms = [arm for c in test.contrasts for arm in (c.system, c.reference)]
-            seeds = [s for s in test.seeds if all(s in scores.get(arm, {}) for arm in arms)]
-            if isinstance(test.comparison, Interaction):
-                first, second = (
-                    [scores[c.system][s] - scores[c.reference][s] for s in seeds]
-                    for c in test.contrasts
-                )
-                sides = second, first
-            else:
-                sides = [[scores[arm][s] for s in seeds] for arm in arms[::-1]]
-            family.append(
-                PlannedResult(look, test, seeds, paired_difference(*sides) if seeds else None)
-            )
-        if all(len(r.seeds) == len(r.test.seeds) for r in family):
-            for result, p in zip(family, holm([r.difference.p_value for r in family]), strict=True):
-                result.holm_p = p
-        results += family
-    return results
+    if isinstance(test, Interaction):
+        sides_bleu = change(test.second), change(test.first)
+    else:
+        sides_bleu = bleu(test.reference), bleu(test.system)
+    runs = [by_seed[arm][s] for s in seeds for arm in test.arms]
+    difference = paired_difference(*sides_bleu) if seeds else None
+    ends = (Configuration(protocol, arm) for arm in test.arms[:2])
+    return Comparison(test, *ends, test_set, seeds, difference, runs)

@@ -1,12 +1,10 @@
 """The study's figures: the training hook's TensorBoard views of what each embedding choice does
-to the model (none changes the weights), with scores of joined inputs (decoding.long_inputs), which
-scripts/train.py installs unless `views: false`; and the report's PNG plots (matplotlib's Agg)."""
+to the model (none changes the weights), which scripts/train.py installs unless `views: false`;
+and the report's PNG plots (matplotlib's Agg)."""
 
 from __future__ import annotations
 
 import inspect
-import logging
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,14 +20,10 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.config import SHARE_LEVELS, tying_level
-from minimt.data.corpus import Pairs
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
 from minimt.model.embedding import POSITIONAL_ENCODINGS
 from minimt.model.transformer import MultiHeadAttention, Transformer
-from minimt.train.evaluation import Hook, RunContext, score
-from minimt.translator import Translator
-
-log = logging.getLogger(__name__)
+from minimt.train.evaluation import Hook, RunContext
 
 ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each validation draws
 FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when scaled to fit
@@ -37,59 +31,23 @@ FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when scal
 
 class StudyViews:
     """At each validation: the positional views, the embedding norms and the cross-attention of
-    the first validation sentences. At the end: joined-input scores (metrics.json "long_inputs")
-    when `long_inputs` is not empty, the Projector table and HPARAMS."""
-
-    def __init__(self, long_inputs: Sequence[int]):
-        self.long_inputs = list(long_inputs)
+    the first validation sentences. At the end: the Projector table and HPARAMS."""
 
     def on_validation(self, run: RunContext, step: int) -> None:
-        n_val = len(run.data.val_batches.pairs)
-        batch = run.data.val_batches.collate(range(min(ATTENTION_SENTENCES, n_val)))
-        log_positional_views(run.writer, run.model, step)
-        log_embedding_norms(run.writer, run.model, batch.src.to(run.device), step)
-        log_cross_attention(
-            run.writer, run.model, batch.src, batch.tgt_in, step, run.data.tokenizers
-        )
+        val, writer, model = run.data.val_batches, run.writer, run.model
+        batch = val.collate(range(min(ATTENTION_SENTENCES, len(val.pairs))))
+        log_positional_views(writer, model, step)
+        log_embedding_norms(writer, model, batch.src.to(run.device), step)
+        log_cross_attention(writer, model, batch.src, batch.tgt_in, step, run.data.tokenizers)
 
     def on_finish(self, run: RunContext, metrics: dict) -> None:
-        if self.long_inputs:
-            tests = run.data.splits.tests
-            metrics["long_inputs"] = score_long_inputs(run.translator, tests, self.long_inputs)
         log_embedding_projector(run.writer, run.model, run.data.tokenizers, metrics["steps"])
         log_hparams(run.writer, run.cfg, metrics)  # last: it flushes the writer first
 
 
 def study_hooks(cfg: DictConfig) -> list[Hook]:
     """The hooks scripts/train.py installs: the study's views unless `views: false`."""
-    return [StudyViews(cfg.decoding.long_inputs)] if cfg.views else []
-
-
-def join_consecutive(pairs: Pairs, k: int) -> Pairs:
-    """Each k consecutive pairs joined with a space, source and target alike; an incomplete group
-    at the end is dropped."""
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    usable = len(pairs[0]) - len(pairs[0]) % k
-    src, tgt = ([" ".join(side[i : i + k]) for i in range(0, usable, k)] for side in pairs)
-    return src, tgt
-
-
-def score_long_inputs(
-    translator: Translator, tests: dict[str, Pairs], joins: Sequence[int]
-) -> dict[str, dict]:
-    """Greedy scores on each test set with k consecutive sentences joined into one input."""
-    results: dict[str, dict] = {}
-    for name, pairs in tests.items():
-        results[name] = {}
-        for k in joins:
-            joined = join_consecutive(pairs, k)
-            scores, _ = score(translator, joined, beam=1, length_penalty=1.0)
-            words = sum(len(line.split()) for line in joined[0]) / max(len(joined[0]), 1)
-            results[name][str(k)] = dict(bleu=scores.bleu, chrf=scores.chrf, mean_src_words=words)
-        bleus = ", ".join(f"k={k} BLEU {r['bleu']:.2f}" for k, r in results[name].items())
-        log.info("%s, k sentences joined: %s", name, bleus)
-    return results
+    return [StudyViews()] if cfg.views else []
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
@@ -106,8 +64,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         "scale": str(cfg.embedding.scale).lower(),
         "share": tying_level(cfg.embedding.share),
         "init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
-        "train_max_words": optional_number(cfg.data.train_max_words),
-        "train_subsample": optional_number(cfg.data.train_subsample),
+        **{key: str(cfg.data[key] or "all") for key in ("train_max_words", "train_subsample")},
         "seed": cfg.trainer.seed,
         "lr": cfg.trainer.lr,
         "warmup_steps": cfg.trainer.warmup_steps,
@@ -127,10 +84,6 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
             scores[f"hparam/{key}_bleu"] = next(iter(metrics[key].values()))["bleu"]
     writer.flush()
     writer.add_hparams(hparams, scores, domains, run_name=".", global_step=metrics["steps"])
-
-
-def optional_number(value: int | None) -> str:
-    return "all" if value is None else str(value)
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
@@ -195,10 +148,10 @@ def log_positional_views(
             continue
         table = table[:max_positions].float().cpu()  # (P, d_model)
         limit = table.abs().max().item()
-        figure = heatmap(table, "positional table", "dimension", "position", -limit, limit)
+        figure = heatmap(table, "positional table", ("dimension", "position"), (-limit, limit))
         writer.add_figure(f"{prefix}/table", figure, step)
         similarity = cosine_similarity_matrix(table)  # (P, P)
-        figure = heatmap(similarity, "cosine similarity", "position", "position", -1.0, 1.0)
+        figure = heatmap(similarity, "cosine similarity", ("position", "position"), (-1.0, 1.0))
         writer.add_figure(f"{prefix}/cosine_similarity", figure, step)
 
 
@@ -265,135 +218,81 @@ def log_cross_attention(
         t = sum(t != model.pad_id for t in tgt_ids)
         predicted = [*tgt_ids[1:t], EOS_ID]  # query t predicts tgt_in[t + 1]
         labels = token_labels(tokenizers.src, src_ids[:s]), token_labels(tokenizers.tgt, predicted)
-        figure = heatmap(probs[i, :t, :s], title, "source", "target", 0.0, 1.0, *labels)
+        figure = heatmap(probs[i, :t, :s], title, ("source", "target"), (0.0, 1.0), labels)
         writer.add_figure(f"cross_attention/{i}", figure, step)
 
 
 def heatmap(
     values: Tensor,
     title: str,
-    xlabel: str,
-    ylabel: str,
-    vmin: float,
-    vmax: float,
-    xticklabels: list[str] | None = None,
-    yticklabels: list[str] | None = None,
+    labels: tuple[str, str],
+    limits: tuple[float, float],
+    ticks: tuple[list[str], list[str]] | None = None,
 ) -> Figure:
-    """(H, W) values as a colour-mapped figure on [vmin, vmax] (diverging when vmin < 0), a tick
-    label per cell when given: a few inches wide with 9-10 pt text, legible when TensorBoard fits
-    it into its card; with labels 0.2 inch per cell, room for an 8 pt label."""
+    """(H, W) values as a colour-mapped figure on `limits` (diverging below 0), x and y `labels`,
+    a tick label per cell with `ticks`: a few inches wide with 9-10 pt text, legible when
+    TensorBoard fits it into its card; with ticks 0.2 inch per cell, room for an 8 pt label."""
     rows, cols = values.shape
-    size = (2.2 + 0.2 * cols, 1.4 + 0.2 * rows) if xticklabels else (4.2, 3.2)
+    size = (2.2 + 0.2 * cols, 1.4 + 0.2 * rows) if ticks else (4.2, 3.2)
     figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
     ax = figure.add_subplot()
-    cmap = "RdBu_r" if vmin < 0 else "viridis"
-    image = ax.imshow(
-        values.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest"
-    )
+    cmap = "RdBu_r" if limits[0] < 0 else "viridis"
+    vmin, vmax = limits
+    image = ax.imshow(values.numpy(), cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    ax.set_aspect("auto")
     figure.colorbar(image, ax=ax).ax.tick_params(labelsize=9)
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel, fontsize=9)
-    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_xlabel(labels[0], fontsize=9)
+    ax.set_ylabel(labels[1], fontsize=9)
     ax.tick_params(labelsize=9)
-    if xticklabels:
-        ax.set_xticks(range(cols), xticklabels, rotation=90, fontsize=8)
-    if yticklabels:
-        ax.set_yticks(range(rows), yticklabels, fontsize=8)
+    if ticks:
+        ax.set_xticks(range(cols), ticks[0], rotation=90, fontsize=8)
+        ax.set_yticks(range(rows), ticks[1], fontsize=8)
     return figure
 
 
-def figure_of(columns: int, panel: tuple[float, float] = (5.0, 3.6)) -> tuple[Figure, list[Axes]]:
-    """A row of panels, by default 5 x 3.6 inches: at FIGURE_DPI, 750 pixels wide with 10 pt text,
-    so a two-panel plot scaled to a page's width (~900 pixels) still has legible labels."""
-    figure = Figure(figsize=(panel[0] * columns, panel[1]), layout="constrained")
+def figure(size: tuple[float, float] = (5.0, 3.6)) -> tuple[Figure, Axes]:
+    """One panel, by default 5 x 3.6 inches: at FIGURE_DPI, 750 pixels wide with 10 pt text."""
+    figure = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(figure)
-    return figure, list(figure.subplots(1, columns, squeeze=False)[0])
+    return figure, figure.add_subplot()
 
 
-def finish(axes: Axes, xlabel: str, ylabel: str, title: str) -> None:
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
-    if axes.lines:
+def save(figure: Figure, axes: Axes, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if axes.get_legend_handles_labels()[0]:
         axes.legend(fontsize="small")
     axes.grid(alpha=0.3)
+    figure.savefig(path, dpi=FIGURE_DPI)
 
 
 def save_test_bleu(rows: Sequence[dict], path: Path, test_set: str) -> None:
-    """Test BLEU per configuration: bars at the mean, error bars of one std over seeds."""
-    figure, (axes,) = figure_of(1)
-    x = np.arange(len(rows))
+    """Test BLEU per configuration, a bar each (top down, as the rows come) at the mean with an
+    error bar of one std over seeds."""
+    fig, axes = figure((6.0, 1.0 + 0.22 * len(rows)))
     errors = [row["test_bleu_std"] or 0.0 for row in rows]
-    axes.bar(x, [row["test_bleu_mean"] for row in rows], yerr=errors, capsize=4)
-    axes.set_xticks(x, [row["slug"] for row in rows], rotation=20, ha="right")
-    axes.set_ylabel(f"{test_set} BLEU")
-    axes.set_title("mean ± std over seeds")
-    figure.savefig(path, dpi=FIGURE_DPI)
+    y = np.arange(len(rows))
+    axes.barh(y, [row["test_bleu_mean"] for row in rows], xerr=errors, capsize=3)
+    axes.set_yticks(y, [f"{row['protocol']}: {row['configuration']}" for row in rows])
+    axes.invert_yaxis()
+    save(fig, axes, path, f"{test_set} BLEU", "", "mean ± std over seeds")
 
 
-def group_styles(groups: dict[str, str]) -> dict[str, dict]:
-    """Plot keywords per line label, `groups` mapping label -> group in drawing order: colour by
-    group (the encoding), line style by rank within it."""
-    names, seen = sorted(set(groups.values())), defaultdict(int)
-    styles = {}
-    for label, group in groups.items():
-        dash = ["-", "--", ":", "-."][seen[group] % 4]
-        styles[label] = {"color": f"C{names.index(group) % 10}", "linestyle": dash, "label": label}
-        seen[group] += 1
-    return styles
+def save_long_tests(lines: dict[str, list[tuple[str, float]]], path: Path, title: str) -> None:
+    """Test BLEU on each held-out long test set: a line per configuration through its (test
+    set, BLEU) points."""
+    fig, axes = figure()
+    for label, points in lines.items():
+        axes.plot(*zip(*points, strict=True), marker="o", label=label)
+    save(fig, axes, path, "source length (words)", "test BLEU (beam)", title)
 
 
-def save_seed_curves(
-    curves: dict[str, list[list[tuple[int, float]]]], groups: dict[str, str], path: Path, title: str
-) -> None:
-    """Validation BLEU vs step per labelled configuration, (step, BLEU) per seed: the mean over
-    seeds at the steps every seed has, shaded from the lowest seed to the highest."""
-    figure, (axes,) = figure_of(1)
-    styles = group_styles(groups)
-    for label, seeds in curves.items():
-        by_step = [dict(curve) for curve in seeds]
-        steps = sorted(set.intersection(*(set(values) for values in by_step)))
-        values = np.array([[v[step] for step in steps] for v in by_step])  # (seeds, steps)
-        axes.plot(steps, values.mean(0), **styles[label])
-        colour = styles[label]["color"]
-        axes.fill_between(steps, values.min(0), values.max(0), color=colour, alpha=0.15)
-    finish(axes, "step", "validation BLEU (greedy)", f"{title}: mean over seeds, min to max")
-    figure.savefig(path, dpi=FIGURE_DPI)
-
-
-def save_bucket_curves(
-    panels: dict[str, dict[str, list[tuple[str, float | None]]]], groups: dict[str, str], path: Path
-) -> None:
-    """BLEU vs length bucket: a panel per title, in each a line per label through its (bucket,
-    BLEU) points (None: no sentence in the bucket)."""
-    figure, axes = figure_of(len(panels))
-    styles = group_styles(groups)
-    for ax, (title, lines) in zip(axes, panels.items(), strict=True):
-        for label, points in lines.items():
-            bleu = [np.nan if b is None else b for _, b in points]
-            ax.plot([bucket for bucket, _ in points], bleu, marker="o", **styles[label])
-        finish(ax, "source length (words)", "test BLEU (beam)", title)
-    figure.savefig(path, dpi=FIGURE_DPI)
-
-
-def save_ratio_plot(points: dict[str, list[tuple[float, float]]], path: Path) -> None:
+def save_ratio_plot(points: dict[str, list[tuple[float, float]]], path: Path, title: str) -> None:
     """Test BLEU against the init ratio (log scale), `points` holding each encoding's (ratio,
-    BLEU) per run of the plan's protocol on full data."""
-    figure, (axes,) = figure_of(1, (6.0, 4.0))
+    BLEU) per run."""
+    fig, axes = figure((6.0, 4.0))
     for pe, xy in sorted(points.items()):
         axes.scatter(*zip(*xy, strict=True), label=pe, alpha=0.8)
     axes.set_xscale("log")
-    axes.legend(fontsize="small")  # finish's legend is for lines
     xlabel = "token : position RMS at the input, at init (source side)"
-    title = "experiment=study_cpu, full data: one point per run (exploratory)"
-    finish(axes, xlabel, "test BLEU", title)
-    figure.savefig(path, dpi=FIGURE_DPI)
-
-
-def save_time_to_bleu(curves: dict[str, list[tuple[float, float]]], path: Path) -> None:
-    """Validation BLEU vs training minutes, one line per system; `curves` holds (seconds, BLEU)."""
-    figure, (axes,) = figure_of(1)
-    for name, points in curves.items():
-        axes.plot([s / 60 for s, _ in points], [b for _, b in points], marker="o", label=name)
-    finish(axes, "training minutes", "validation BLEU (greedy)", "BLEU against wall-clock time")
-    figure.savefig(path, dpi=FIGURE_DPI)
+    save(fig, axes, path, xlabel, "test BLEU", f"{title}:\none point per run (exploratory)")

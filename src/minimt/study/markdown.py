@@ -1,0 +1,271 @@
+"""report.md: the answers, what ran, the verdict rules and tables, the plan, the long test sets."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import OmegaConf
+
+from minimt.data.length_split import LONG_PREFIX
+from minimt.study.questions import PLAN_PROTOCOL, Answer, Comparison
+from minimt.study.runs import Run, long_test_sets, scores_of
+from minimt.study.significance import MAX_SEEDS, NONZERO, NOT_AFTER_HOLM, Rules, mean, mean_std
+
+if TYPE_CHECKING:
+    from minimt.study.report import Report
+
+CAPS = ("max_steps", "max_minutes", "max_epochs")  # stop reasons that are caps, not convergence
+
+
+def report_text(report: Report, plots: Sequence[Path]) -> str:
+    """The whole report.md."""
+    first = report.runs[0].scores(report.test_set)
+    protocols = list(dict.fromkeys(c.protocol for c in report.groups))
+    shown = [a for a in report.answers if a.comparisons or a.protocol == protocols[0]]
+    parts = [
+        "# Embedding study",
+        f"{len(report.runs)} runs of {len(report.groups)} configurations in {len(protocols)} "
+        f"protocols (skipped: {len(report.skipped)} run directories). Headline test set "
+        f"{report.test_set}, beam {first['beam']}; mean ± sample std (n - 1) over seeds.",
+        "## Answers",
+        "\n\n".join(answer(a, report.rules.margin) for a in shown),
+        "## What ran",
+        setup_text(report),
+        configuration_table(report.rows),
+        "## Verdicts",
+        rules_text(report.rules, report.answers),
+        verdict_tables(report.answers),
+    ]
+    if any(c.protocol.name == PLAN_PROTOCOL for c in report.groups):
+        parts += [f"## The plan (experiment={PLAN_PROTOCOL})", plan_text()]
+    parts += ["## Long test sets", long_test_text(report)]
+    parts += ["## Plots", "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)]
+    parts += [f"BLEU signature: `{first['signature']}`"]
+    if report.skipped:
+        root = report.sweep_dir
+        runs = [f"- `{p.relative_to(root).as_posix()}`: {why}" for p, why in report.skipped]
+        parts += ["## Skipped runs", "\n".join(runs)]
+    return "\n\n".join(parts) + "\n"
+
+
+def table(header: str, rows: Iterable[str]) -> str:
+    """A markdown table: `header` and each row are their cells joined by " | "."""
+    rule = "| --- " * (header.count(" | ") + 1) + "|"
+    return "\n".join([f"| {header} |", rule, *(f"| {row} |" for row in rows)])
+
+
+def number(value: float | None, digits: int = 2, sign: str = "") -> str:
+    return "-" if value is None else f"{value:{sign}.{digits}f}"
+
+
+def mean_std_cell(mean: float | None, std: float | None, digits: int = 2) -> str:
+    """The mean, "± std" where there is one; "-" without a mean."""
+    return number(mean, digits) + ("" if std is None else f" ± {std:.{digits}f}")
+
+
+def p_cell(p: float | None) -> str:
+    return "-" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def answer(a: Answer, margin: float) -> str:
+    """One family in one protocol: the comparisons behind each verdict, what has not run, and
+    how many of its runs stopped at a cap."""
+    look = f", look {a.family.look}" if a.family.planned else ""
+    heading = f"**{a.family.question}{look}. {a.family.title}**"
+    context = [a.protocol.title]
+    if not a.comparisons:
+        return f"{heading} ({context[0]}) Not run."
+    counts = sorted({len(c.seeds) for c in a.comparisons})
+    plural = "s" if counts[-1] != 1 else ""
+    seeds = f"{counts[0]}-{counts[-1]} seeds" if len(counts) > 1 else f"{counts[0]} seed{plural}"
+    context += [seeds, family_size(a)]
+    context += [f"exploratory ({a.exploratory})"] if a.exploratory else []
+    parts = [f"{heading} ({'; '.join(context)})"]
+    phrases = {"better": "Better than its reference", "worse": "Worse than its reference"}
+    equivalent = f"Equivalent (±{margin:g} BLEU) to its reference"
+    phrases |= {"equivalent": equivalent, "inconclusive": "Not settled"}
+    for verdict, phrase in phrases.items():
+        found = [c for c in a.comparisons if c.verdict and c.verdict.verdict == verdict]
+        parts += [f"{phrase}: {cite(found)}."] if found else []
+    if not a.complete:
+        parts.append(f"Waiting for planned seeds, as estimates: {cite(a.comparisons)}.")
+    missing = ", ".join(test.describe() for test in a.not_run)
+    parts += [f"Not run yet: {missing}."] if missing else []
+    return " ".join([*parts, caps(a.runs)])
+
+
+def caps(runs: Sequence[Run]) -> str:
+    """How many of the runs a family rests on stopped at a cap rather than by patience."""
+    capped = Counter(reason for run in runs if (reason := run.stopped_by) in CAPS)
+    if not capped:
+        return f"None of the {len(runs)} runs this family rests on stopped at a cap."
+    (cap, n), *others = sorted(capped.items())
+    more = "".join(f" and {k} at trainer.{other}" for other, k in others)
+    runs = f"{n} of the {len(runs)} runs this family rests on"
+    return f"{runs} stopped at trainer.{cap}{more}, not by patience."
+
+
+def family_size(a: Answer, unit: str = "") -> str:
+    if not a.size:
+        return "no comparison with 2 seeds yet, so no test"
+    share = " (as planned)" if a.family.alpha is not None else ""
+    return f"Holm over {a.size}{unit} at {a.alpha:g}{share}"
+
+
+def cite(comparisons: Sequence[Comparison]) -> str:
+    """'a vs b +1.12; c vs d -0.98 / -2.03 (long_16-18 / long_19-22)': one entry per test, its
+    differences on each test set."""
+    tests = defaultdict(list)
+    for c in comparisons:
+        tests[c.test].append(c)
+    entries = []
+    for test, found in tests.items():
+        differences = " / ".join(
+            number(c.difference and c.difference.mean, sign="+")
+            + (f" ({NONZERO})" if c.verdict and c.verdict.reason == NONZERO else "")
+            for c in found
+        )
+        sets = [c.test_set for c in found if c.test_set.startswith(LONG_PREFIX)]
+        on = f" ({' / '.join(sets)})" if sets else ""
+        entries.append(f"{test.describe()} {differences}{on}")
+    return "; ".join(entries)
+
+
+def rules_text(rules: Rules, answers: Sequence[Answer]) -> str:
+    """The verdict rules, with the alphas the plan sets and the protocols planned after their
+    data."""
+    alphas = defaultdict(dict)  # (protocol, alpha) -> the questions the plan sets it for
+    for a in answers:
+        if a.comparisons and a.alpha != rules.alpha:
+            alphas[a.protocol.title, a.alpha][a.family.question] = None
+    planned = "; ".join(f"{' and '.join(qs)} of {t} at {x:g}" for (t, x), qs in alphas.items())
+    exploratory = dict.fromkeys(
+        f"{a.protocol.title} ({a.exploratory})" for a in answers if a.exploratory and a.size
+    )
+    at_plan = f" ({planned} as planned)" if planned else ""
+    text = (
+        "How a verdict is reached: docs/study.md. In short: comparisons are made within one "
+        "protocol, seed s paired with seed s; *difference* is the mean over paired seeds of test "
+        "BLEU (first minus second) with its **unadjusted 95% CI** (not a verdict) and the paired "
+        f"t-test's p. Holm's correction runs within each family at {rules.alpha:g}{at_plan}, "
+        "one chain per claim type (differences; equivalence), so a family's chance of any false "
+        "claim of either kind can reach twice its alpha. **better / worse**: Holm p < alpha. "
+        f"**equivalent**: TOST Holm p < alpha against ±{rules.margin:g} BLEU (shown both ways: "
+        f"*{NONZERO}*). **inconclusive**: *too few seeds* or, inside the margin, "
+        f"*{NOT_AFTER_HOLM}*. *detectable* and *seeds needed* (difference / equivalence) are at "
+        f"{rules.power:.0%} power, from the exact power of the paired t-test at alpha / family "
+        "size and the family's pooled seed spread: *seeds needed* holds if the true difference "
+        f"equals the observed one (- where never reached or above {MAX_SEEDS})."
+    )
+    if exploratory:
+        text += (
+            f"\n\n**Exploratory**: {'; '.join(exploratory)}: its families and the margin were "
+            "written after its runs had been analysed, so its verdicts stand until new seeds, "
+            "under a plan written first, confirm them."
+        )
+    return text
+
+
+def verdict_tables(answers: Sequence[Answer]) -> str:
+    header = (
+        "comparison | test set | seeds | difference | unadjusted 95% CI | p | Holm p | "
+        "TOST Holm p | detectable | seeds needed | verdict"
+    )
+    sections = []
+    for a in [a for a in answers if a.comparisons]:
+        rows = []
+        for r in map(a.record, a.comparisons):
+            n = len(r["paired_seeds"].split())
+            ci = "-" if r["ci95_low"] is None else f"[{r['ci95_low']:+.2f}, {r['ci95_high']:+.2f}]"
+            needed = [r["seeds_for_difference"], r["seeds_for_equivalence"]]
+            needed = " / ".join("-" if n is None else str(n) for n in needed)
+            verdict = r["verdict"] if r["verdict"].startswith("waiting") else f"**{r['verdict']}**"
+            cells = [r["comparison"], r["test_set"], f"{n} ({r['paired_seeds'] or '-'})"]
+            cells += [number(r["difference"], sign="+"), ci, p_cell(r["p_value"])]
+            cells += [p_cell(r["holm_p"]), p_cell(r["tost_holm_p"]), number(r["detectable"])]
+            cells += [
+                " / ".join("-" if n is None else str(n) for n in needed)
+                if r["holm_p"] is not None
+                else "-"
+            ]
+            cells.append(verdict + (f" ({r['reason']})" if r["reason"] else ""))
+            rows.append(" | ".join(cells))
+        marked = f"; exploratory ({a.exploratory})" if a.exploratory else ""
+        look = f" (look {a.family.look})" if a.family.planned else ""
+        size = family_size(a, " comparisons")
+        heading = f"### {a.family.question}{look}, {a.protocol.title}: {size}{marked}"
+        sections.append(f"{heading}\n\n{a.family.title}\n\n" + table(header, rows))
+    return "\n\n".join(sections) or "No declared comparison has runs of both sides yet."
+
+
+def plan_text() -> str:
+    """How the plan's families are read, and the magnitude plot."""
+    return (
+        f"`minimt.study.questions.PLAN` (docs/study.md), fixed before its runs: each family is "
+        "one look, tested (Holm over all its m tests) once every test has all its planned seeds; "
+        "until then a row is an estimate. An interaction is the per-seed difference of two "
+        "differences. The plot (exploratory) puts test BLEU against the token : position RMS "
+        "ratio at the input at init.\n\n![bleu against the magnitude ratio]"
+        f"(bleu_vs_ratio_{PLAN_PROTOCOL}.png)"
+    )
+
+
+def configuration_table(rows: Sequence[dict]) -> str:
+    """Each configuration's means ± std over seeds (scripts/report.py prints it)."""
+    header = (
+        "protocol | configuration | seeds | test BLEU by seed | test BLEU | test chrF | best val "
+        "BLEU | final val loss | steps | best step | stopped by | minutes | training pairs | "
+        "parameters"
+    )
+    lines = []
+    for row in rows:
+        cells = [row["protocol"], row["configuration"], row["seeds"], row["test_bleu_by_seed"]]
+        for name in ("test_bleu", "test_chrf", "best_val_bleu", "final_val_loss"):
+            digits = 3 if name == "final_val_loss" else 2
+            cells.append(mean_std_cell(row[f"{name}_mean"], row[f"{name}_std"], digits))
+        cells += [f"{row['steps_mean']:,.0f}", f"{row['best_step_mean']:,.0f}", row["stopped_by"]]
+        pairs = "-" if row["train_pairs"] is None else f"{row['train_pairs']:,}"
+        cells += [f"{row['minutes_mean']:.1f}", pairs, f"{row['num_parameters']:,}"]
+        lines.append(" | ".join(cells))
+    return table(header, lines)
+
+
+SETUP = "model.d_model model.n_heads model.n_encoder_layers model.n_decoder_layers model.d_ff "
+SETUP += "model.dropout tokenizer.vocab_size trainer.batch_tokens trainer.accumulate trainer.lr "
+SETUP += "trainer.warmup_steps trainer.val_every trainer.patience trainer.min_delta"
+
+
+def setup_text(report: Report) -> str:
+    """Each protocol's model and training settings, from its first run's config; the caps
+    (trainer.max_steps, max_minutes) are in each run's config.yaml."""
+    lines = []
+    for protocol in dict.fromkeys(c.protocol for c in report.groups):
+        cfg = next(r for r in report.runs if r.configuration.protocol == protocol).config
+        keys = " ".join(f"{key}={OmegaConf.select(cfg, key)}" for key in SETUP.split())
+        lines.append(f"- {protocol.title}: {keys}")
+    return "\n".join(lines)
+
+
+def long_test_text(report: Report) -> str:
+    """Per configuration with long test sets: its scores on the headline and each of them."""
+    rows = []
+    for c, runs in report.groups.items():
+        for name in [report.test_set, *long_test_sets(runs)] if long_test_sets(runs) else []:
+            bleu = mean_std_cell(*mean_std(scores_of(runs, name, "bleu")))
+            chrf, ratio, early = (
+                mean(scores_of(runs, name, key))
+                for key in ("chrf", "length_ratio", "early_stop_share")
+            )
+            early = "-" if early is None else f"{100 * early:.1f}%"
+            rows.append(" | ".join([c.name, name, bleu, number(chrf), number(ratio, 3), early]))
+    if not rows:
+        return "No run has long_* test sets (data.train_max_words or data.long_tests_over)."
+    header = "configuration | test set | BLEU | chrF | length ratio | early stops"
+    return (
+        "Each held-out long test set (source words in its name) beside the headline set, mean "
+        "over seeds: BLEU (± std), chrF, length ratio (sacreBLEU's) and the share of hypotheses "
+        "shorter than 0.8 x their reference (early stops). Verdicts: Q5.\n\n" + table(header, rows)
+    )
