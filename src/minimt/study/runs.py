@@ -94,7 +94,7 @@ class Run:
 
     @property
     def configuration(self) -> Configuration:
-        name = self.name or self.arm or "as configured"
+        name = self.name or self.arm or "as_configured"
         return Configuration(protocol_of(self.metrics), name)
 
     @property
@@ -182,7 +182,7 @@ def name_configurations(runs: Sequence[Run]) -> None:
                 chosen, classes = [*chosen, key], split
         for run, v in zip(group, values, strict=True):
             parts = [f"{key.removeprefix('choices.')}={v.get(key)}" for key in chosen]
-            run.name = " ".join(([arm] if arm != "as configured" else []) + parts) or arm
+            run.name = " ".join(([arm] if arm != "as_configured" else []) + parts) or arm
 
 
 def load_sweep(
