@@ -118,12 +118,14 @@ def test_weights_that_do_not_fit_name_the_parameter_and_shapes():
 
 
 def test_config_mismatches_name_each_field():
-    saved = {"model": {"d_model": 256, "n_heads": 4}, "pe": {"name": "learned"}}
-    cfg = OmegaConf.create({"model": {"d_model": 128, "n_heads": 4}, "pe": {"name": "sinusoidal"}})
-    keys = ("model.d_model", "model.n_heads", "pe.name")
+    saved = {"model": {"d_model": 256, "n_heads": 4}, "pe": {"encoder": "learned"}}
+    cfg = OmegaConf.create(
+        {"model": {"d_model": 128, "n_heads": 4}, "pe": {"encoder": "sinusoidal"}}
+    )
+    keys = ("model.d_model", "model.n_heads", "pe.encoder")
     assert config_mismatches(saved, cfg, keys) == [
         "model.d_model: checkpoint 256, config 128",
-        "pe.name: checkpoint 'learned', config 'sinusoidal'",
+        "pe.encoder: checkpoint 'learned', config 'sinusoidal'",
     ]
 
 

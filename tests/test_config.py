@@ -45,7 +45,7 @@ def test_default_model_is_the_issue_s_small_model():
         "max_seq_len": 256,
         "norm_first": True,
     }
-    assert cfg.pe.name == cfg.pe.encoder == cfg.pe.decoder == "sinusoidal"
+    assert cfg.pe.encoder == cfg.pe.decoder == "sinusoidal"
     assert cfg.embedding.scale is True and cfg.embedding.share == "all"
     assert cfg.embedding.init_std is None
     assert cfg.tokenizer.vocab_size == 8000 and cfg.trainer.batch_tokens == 4096
@@ -67,7 +67,7 @@ def test_data_url_reads_the_environment(monkeypatch):
         ("embedding.share=1", ["embedding.share", "none, decoder, all"]),
         ("trainer.batch_tokens=-5", ["trainer.batch_tokens", "integer >= 1"]),
         ("tokenizer.vocab_size=100", ["tokenizer.vocab_size", ">= 260"]),
-        ("pe.name=rotary", ["pe.name", "sinusoidal", "learned", "none", "rope"]),
+        ("pe.encoder=rotary", ["pe.encoder", "sinusoidal", "learned", "none", "rope"]),
         ("trainer.precision=fp16", ["trainer.precision", "bf16", "fp32"]),
         ("model.dropout=1.5", ["model.dropout", "[0, 1)"]),
         ("model.n_heads=3", ["model.d_model=256", "model.n_heads=3"]),

@@ -78,7 +78,8 @@ def test_an_outside_encoding_trains_and_shows_in_the_views(registered, multi30k_
     cfg = compose_config(
         *tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=6"),
         "pe=none",
-        f"pe.name={registered}",
+        f"pe.encoder={registered}",
+        f"pe.decoder={registered}",
         "trainer.val_every=3",
         "views=true",
     )
@@ -96,6 +97,7 @@ def test_an_outside_encoding_trains_and_shows_in_the_views(registered, multi30k_
 
 def test_an_outside_encoding_s_own_check_names_the_keys(monkeypatch):
     monkeypatch.setitem(POSITIONAL_ENCODINGS, "reversed", ReversedRotary)
-    overrides = ("pe=none", "pe.name=reversed", "model.d_model=12", "model.n_heads=4")
+    overrides = ("pe=none", "pe.encoder=reversed", "pe.decoder=reversed", "model.d_model=12")
+    overrides += ("model.n_heads=4",)
     with pytest.raises(ConfigError, match=r"pe=reversed \(pe.encoder, pe.decoder\) needs an even"):
         validate_config(compose_config(*overrides))

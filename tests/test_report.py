@@ -39,7 +39,7 @@ def saved_config(arm: str, seed: int) -> dict:
         "control": {"long_tests_over": 15, "train_subsample": 900},
     }[arm.split("_")[0]]
     return {
-        "pe": {"name": pe, "encoder": pe, "decoder": pe, "scale": 1.0, "init_std": 0.02},
+        "pe": {"encoder": pe, "decoder": pe, "scale": 1.0, "init_std": 0.02},
         "embedding": {"scale": True, "share": "none" if arm == "share_none" else "all"}
         | {"init_std": None},
         "data": {"max_train_len": 100, "train_max_words": None, "train_subsample": None} | words,

@@ -13,7 +13,7 @@ from scripts.collect_runs import collect_runs, main
 
 def saved_config(pe: str = "sinusoidal", seed: int = 1, lr: float = 1e-3) -> dict:
     return {
-        "pe": {"name": pe, "encoder": pe, "decoder": pe},
+        "pe": {"encoder": pe, "decoder": pe},
         "embedding": {"scale": True, "share": "all", "init_std": None},
         "trainer": {"seed": seed, "lr": lr, "max_minutes": 10.0 * seed},
         "data": {"dir": f"data{seed}"},
@@ -66,7 +66,7 @@ def test_a_run_is_named_by_its_arm_whatever_its_seed_caps_and_data_folder(sweep)
 def test_runs_without_an_arm_are_named_by_the_settings_that_tell_them_apart(tmp_path):
     for seed in (1, 2):
         for pe in ("sinusoidal", "learned"):
-            write_run(tmp_path / f"{pe}-{seed}", seed, pe)  # pe, pe.name, .encoder, .decoder
+            write_run(tmp_path / f"{pe}-{seed}", seed, pe)  # choices.pe, pe.encoder, pe.decoder
         write_run(tmp_path / f"lr-{seed}", seed, lr=3e-3)
     runs, _ = load_sweep(tmp_path)
     assert sorted(set(run.configuration.name for run in runs)) == [
@@ -106,7 +106,7 @@ def test_collect_runs_copies_metrics_config_and_hypotheses(sweep, tmp_path):
         sweep / "learned/seed2" / "metrics.json"
     ).read_bytes()
     config = OmegaConf.load(kept / "config.yaml")
-    assert config.pe.name == "learned" and config.trainer.seed == 2
+    assert config.pe.encoder == "learned" and config.trainer.seed == 2
     assert names(load_sweep(dest)[0]) == names(load_sweep(sweep)[0])
 
 

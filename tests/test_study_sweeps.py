@@ -76,7 +76,7 @@ def test_the_arm_group_holds_exactly_the_study_s_configurations():
 def test_each_arm_sets_its_encoding_and_changes_only_its_contrast(arm):
     pe, expected = ARMS[arm]
     cfg = compose_config(f"arm={arm}")
-    assert cfg.pe.name == pe
+    assert compose_with_hydra(f"arm={arm}").hydra.runtime.choices.pe == pe
     got = changed(cfg, compose_config(f"pe={pe}"))
     if arm.startswith("control_"):
         assert got.pop("data.train_subsample") == "length_split"
@@ -142,7 +142,7 @@ def test_a_sweep_trains_on_the_study_budget_unless_another_experiment_is_given(s
     study = compose_with_hydra(f"sweep={sweep}", "arm=full_rope")
     assert study.hydra.runtime.choices.experiment == "study"
     assert study.trainer.patience is not None and study.model.d_model == 256
-    assert study.pe.name == "rope"
+    assert study.pe.encoder == "rope"
     smoke = compose_with_hydra(f"sweep={sweep}", "arm=full_rope", "experiment=smoke")
     assert smoke.model.d_model == compose_config("experiment=smoke").model.d_model
     assert smoke.hydra.sweep.dir == f"multirun/{sweep}/smoke"  # never mixed with the study's runs
@@ -173,7 +173,7 @@ def test_a_run_directory_with_metrics_json_holds_a_finished_run(tmp_path):
 
 def test_a_finished_run_with_other_settings_is_an_error_that_names_them(tmp_path):
     write_metrics(tmp_path, compose_config("arm=length_rope"))
-    with pytest.raises(ConfigError, match=r"pe\.name: checkpoint 'rope', config 'learned'"):
+    with pytest.raises(ConfigError, match=r"pe\.encoder: checkpoint 'rope', config 'learned'"):
         finished_run(tmp_path, compose_config("arm=length_learned"))
 
 
@@ -239,7 +239,7 @@ def test_a_smoke_length_split_sweep_run_again_skips_finished_runs_and_resumes_th
     runs = [sweep_dir / "length_alibi" / "seed1", sweep_dir / "length_learned" / "seed1"]
     metrics = [json.loads((run / "metrics.json").read_text()) for run in runs]
     assert [m["steps"] for m in metrics] == [20, 20]
-    assert [m["config"]["pe"]["name"] for m in metrics] == ["alibi", "learned"]
+    assert [m["config"]["pe"]["encoder"] for m in metrics] == ["alibi", "learned"]
     assert all(m["config"]["data"]["train_max_words"] == 15 for m in metrics)
     assert all(any(name.startswith("long_") for name in m["test"]) for m in metrics)
     finished = snapshot(runs[0])

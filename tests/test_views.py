@@ -68,7 +68,7 @@ def batch(tokenizers: TokenizerPair):
 def test_hparams_written_into_the_run_folder(writer, tmp_path):
     cfg = OmegaConf.create(
         {
-            "pe": {"name": "learned", "encoder": "learned", "decoder": "none"},
+            "pe": {"encoder": "learned", "decoder": "none"},
             "embedding": {"scale": False, "share": True, "init_std": None},  # true: old "all"
             "trainer": {"seed": 3, "lr": 1e-3, "warmup_steps": 800},
             "model": {"d_model": 256},
@@ -103,7 +103,6 @@ def test_hparams_written_into_the_run_folder(writer, tmp_path):
     hparams = start.session_start_info.hparams
     strings = {name: value.string_value for name, value in hparams.items() if value.string_value}
     assert strings == {
-        "pe": "learned",
         "pe.encoder": "learned",
         "pe.decoder": "none",
         "scale": "false",
@@ -135,7 +134,7 @@ def test_hparams_written_into_the_run_folder(writer, tmp_path):
 def test_hparams_names_and_booleans_are_discrete_string_filters(writer):
     cfg = OmegaConf.create(
         {
-            "pe": {"name": "rope", "encoder": "rope", "decoder": "rope"},
+            "pe": {"encoder": "rope", "decoder": "rope"},
             "embedding": {"scale": True, "share": "decoder", "init_std": 1.0},
             "trainer": {"seed": 1, "lr": 1e-3, "warmup_steps": 800},
             "model": {"d_model": 64},
@@ -161,13 +160,12 @@ def test_hparams_names_and_booleans_are_discrete_string_filters(writer):
         if info.type == string_type and info.HasField("domain_discrete")
     }
     assert domains == {
-        "pe": list(POSITIONAL_ENCODINGS),
         "pe.encoder": list(POSITIONAL_ENCODINGS),
         "pe.decoder": list(POSITIONAL_ENCODINGS),
         "scale": ["false", "true"],
         "share": ["none", "decoder", "all"],
     }
-    assert {"alibi", "sinusoidal", "learned", "rope", "none"} <= set(domains["pe"])
+    assert {"alibi", "sinusoidal", "learned", "rope", "none"} <= set(domains["pe.encoder"])
     assert infos["init_std"].type == infos["train_subsample"].type == string_type
     assert infos["d_model"].type == api_pb2.DataType.Value("DATA_TYPE_FLOAT64")
 

@@ -23,7 +23,6 @@ ARCHITECTURE_KEYS = (
     "model.d_ff",
     "model.max_seq_len",
     "model.norm_first",
-    "pe.name",
     "pe.encoder",
     "pe.decoder",
     "embedding.scale",
@@ -57,7 +56,7 @@ class ConfigError(MinimtError, ValueError):
 
 
 Rule = Callable[[object], str | None]
-PE_CHOICES = ("name", "encoder", "decoder")  # the pe section's other keys are the class's options
+PE_CHOICES = ("encoder", "decoder")  # the pe section's other keys are its classes' options
 
 
 def one_of(choices: Collection[str]) -> Rule:
@@ -140,7 +139,6 @@ def subsample_size(v: object) -> str | None:
 RULES: dict[str, Rule] = {
     "resume": lambda v: None if v is None or path(v) is None else "must be a path or null",
     "views": boolean,
-    "pe.name": one_of(POSITIONAL_ENCODINGS),
     "pe.encoder": one_of(POSITIONAL_ENCODINGS),
     "pe.decoder": one_of(POSITIONAL_ENCODINGS),
     "pe.init_std": optional_positive_number,
@@ -286,8 +284,7 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Tr
         tgt_vocab_size,
         **cfg.model,  # its keys are the Transformer's sizes and dropouts, one for one
         pad_id=PAD_ID,
-        pos_encoding=cfg.pe.name,
-        src_pos_encoding=cfg.pe.encoder,
+        pos_encoding=cfg.pe.encoder,
         tgt_pos_encoding=cfg.pe.decoder,
         scale_embedding=cfg.embedding.scale,
         share_embeddings=share_embeddings,

@@ -1,5 +1,6 @@
 """The Transformer's input pipeline: token lookup, sqrt(d_model) scale, positions, dropout."""
 
+import inspect
 import math
 from collections.abc import Mapping
 
@@ -184,7 +185,8 @@ class Seq2SeqEmbedding(nn.Module):
     pos_encoding serves both sides unless src_pos_encoding / tgt_pos_encoding override it; sides
     with one encoding share one module, `positions`, else get `positions["src"]` and
     `positions["tgt"]`. With share_embeddings the target table is the source table itself.
-    pos_options are keyword arguments of pos_encoding's class, for each side that uses it.
+    pos_options are keyword arguments of the encodings' classes, each given to the classes that
+    take it.
     """
 
     def __init__(
@@ -241,7 +243,8 @@ class Seq2SeqEmbedding(nn.Module):
             self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx, std)
 
         def encoding(name: str) -> PositionalEncoding:
-            options = (pos_options or {}) if name == pos_encoding else {}
+            takes = inspect.signature(POSITIONAL_ENCODINGS[name]).parameters
+            options = {k: v for k, v in (pos_options or {}).items() if k in takes}
             return POSITIONAL_ENCODINGS[name](max_seq_len, d_model, n_heads, **options)
 
         if src_pos_encoding == tgt_pos_encoding:

@@ -58,7 +58,6 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
     flushes the writer, as the row goes to a second event file in the writer's folder."""
     init_std = cfg.embedding.init_std
     hparams = {
-        "pe": cfg.pe.name,
         "pe.encoder": cfg.pe.encoder,
         "pe.decoder": cfg.pe.decoder,
         "scale": str(cfg.embedding.scale).lower(),
@@ -73,7 +72,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         "langs": f"{cfg.data.src_lang}-{cfg.data.tgt_lang}",
     }
     encodings = list(POSITIONAL_ENCODINGS)  # those registered now
-    domains = {"pe": encodings, "pe.encoder": encodings, "pe.decoder": encodings}
+    domains = {"pe.encoder": encodings, "pe.decoder": encodings}
     domains |= {"scale": ["false", "true"], "share": list(SHARE_LEVELS)}
     best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
     scores = {"hparam/best_val_bleu": metrics["best_val_bleu"]}
