@@ -152,18 +152,19 @@ def init_ratio(run: Run) -> float | None:
 
 
 def settings(run: Run) -> dict[str, str]:
-    """The run's config groups chosen ("choices.pe") and resolved config leaves, as strings."""
+    """The run's config groups chosen ("choices.pe") and resolved config leaves, as strings; a
+    null leaf reads as a missing one."""
 
     def leaves(node, prefix: str):
         if not isinstance(node, dict):
-            yield prefix, node if isinstance(node, str) else json.dumps(node)
+            yield prefix, node
             return
         for key, value in node.items():
             yield from leaves(value, f"{prefix}.{key}" if prefix else key)
 
-    found = dict(leaves({"choices": run.metrics.get("choices", {})}, ""))
-    found |= dict(leaves(run.metrics["config"], ""))
-    return {key: value for key, value in found.items() if key not in NOT_A_SETTING}
+    found = list(leaves({"choices": run.metrics.get("choices", {}), **run.metrics["config"]}, ""))
+    ignored = NOT_A_SETTING | {key for key, value in found if value is None}
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in found if k not in ignored}
 
 
 def name_configurations(runs: Sequence[Run]) -> None:
