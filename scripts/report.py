@@ -8,9 +8,10 @@
 Reads every run under `sweep` (metrics.json with its "config" and "choices"), prints the
 configuration table and writes report.md, report.csv and PNG plots into `out`: by default the
 sweep directory, or for collected runs (scripts/collect_runs.py) the directory above them.
-`test_set` (default: the runs' first) is the headline test set. `alpha`, `margin` (BLEU) and
-`power` are the verdict protocol's settings (defaults: minimt.study.significance.Rules;
-docs/study.md says where the margin comes from). Runs without metrics.json are listed as skipped.
+`test_set` (default: the first run's first that is not a long_* set) is the headline test set.
+`alpha`, `margin` (BLEU) and `power` are the verdict protocol's settings (defaults:
+minimt.study.significance.Rules; docs/study.md says where the margin comes from). Runs without
+metrics.json are listed as skipped.
 """
 
 import sys

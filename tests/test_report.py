@@ -97,7 +97,7 @@ def by_name(report) -> dict[str, dict]:
 
 
 def csv_rows(report, name: str) -> list[dict]:
-    return [row for row in report.csv_rows if row["configuration"] == name]
+    return [row for row in report.csv_rows if row.get("configuration") == name]
 
 
 def build_markdown(report) -> str:
@@ -183,6 +183,7 @@ def test_holm_runs_within_each_question(sweep):
             holm([c.difference.p_value for c in tested])
         )
     text = build_markdown(report)
+    assert "| 2 / - | **worse** |" in text  # seeds needed: for a difference / for equivalence
     assert f"### Q1, {TOY_TITLE}: Holm over 2 comparisons" in text
     assert f"### Q5, {TOY_TITLE}: Holm over 4 comparisons" in text
     q2 = "**Q2. What does sqrt(d_model) scaling do, with the token table's init?**"
@@ -316,8 +317,14 @@ def test_a_planned_family_waits_for_all_its_seeds(sweep):
         "waiting: 2 of 3 planned seeds in",
         "waiting: 0 of 3 planned seeds in",
     ]
+    rope = [r for r in report.csv_rows if r.get("comparison") == "full_rope vs full_sinusoidal"]
+    assert [(r["protocol"], r["verdict"]) for r in rope] == [
+        ("toy_fp32_cpu", "equivalent"),
+        ("study_cpu", "waiting: 0 of 3 planned seeds in"),  # a row though full_rope has no runs
+    ]
     text = build_markdown(report)
     line = next(line for line in text.splitlines() if line.startswith("**Q1, look 1."))
+    assert "to be tested: Holm over 2 at 0.025 (as planned)" in line
     assert "Waiting for planned seeds, as estimates: full_learned vs full_sinusoidal -3.00" in line
 
 

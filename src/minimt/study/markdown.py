@@ -94,7 +94,7 @@ def answer(a: Answer, margin: float) -> str:
         parts.append(f"Waiting for planned seeds, as estimates: {cite(a.comparisons)}.")
     missing = ", ".join(test.describe() for test in a.not_run)
     parts += [f"Not run yet: {missing}."] if missing else []
-    return " ".join([*parts, caps(a.runs)])
+    return " ".join([*parts, caps(a.runs)] if a.runs else parts)
 
 
 def caps(runs: Sequence[Run]) -> str:
@@ -111,8 +111,9 @@ def caps(runs: Sequence[Run]) -> str:
 def family_size(a: Answer, unit: str = "") -> str:
     if not a.size:
         return "no comparison with 2 seeds yet, so no test"
-    share = " (as planned)" if a.family.alpha is not None else ""
-    return f"Holm over {a.size}{unit} at {a.alpha:g}{share}"
+    share = " (as planned)" if a.alpha == a.family.alpha else ""
+    waiting = "" if a.complete else "to be tested: "
+    return f"{waiting}Holm over {a.size}{unit} at {a.alpha:g}{share}"
 
 
 def cite(comparisons: Sequence[Comparison]) -> str:
@@ -163,8 +164,8 @@ def rules_text(rules: Rules, answers: Sequence[Answer]) -> str:
     if exploratory:
         text += (
             f"\n\n**Exploratory**: {'; '.join(exploratory)}: its families and the margin were "
-            "written after its runs had been analysed, so its verdicts stand until new seeds, "
-            "under a plan written first, confirm them."
+            "written after its runs had been analysed, so its verdicts are exploratory until new "
+            "seeds, under a plan written first, confirm them."
         )
     return text
 
@@ -178,19 +179,14 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
     for a in [a for a in answers if a.comparisons]:
         rows = []
         for r in map(a.record, a.comparisons):
-            n = len(r["paired_seeds"].split())
+            seeds = f"{len(r['paired_seeds'].split())} ({r['paired_seeds'] or '-'})"
             ci = "-" if r["ci95_low"] is None else f"[{r['ci95_low']:+.2f}, {r['ci95_high']:+.2f}]"
             needed = [r["seeds_for_difference"], r["seeds_for_equivalence"]]
-            needed = " / ".join("-" if n is None else str(n) for n in needed)
+            needed = " / ".join("-" if k is None else str(k) for k in needed)
             verdict = r["verdict"] if r["verdict"].startswith("waiting") else f"**{r['verdict']}**"
-            cells = [r["comparison"], r["test_set"], f"{n} ({r['paired_seeds'] or '-'})"]
-            cells += [number(r["difference"], sign="+"), ci, p_cell(r["p_value"])]
-            cells += [p_cell(r["holm_p"]), p_cell(r["tost_holm_p"]), number(r["detectable"])]
-            cells += [
-                " / ".join("-" if n is None else str(n) for n in needed)
-                if r["holm_p"] is not None
-                else "-"
-            ]
+            cells = [r["comparison"], r["test_set"], seeds, number(r["difference"], sign="+"), ci]
+            cells += [p_cell(r["p_value"]), p_cell(r["holm_p"]), p_cell(r["tost_holm_p"])]
+            cells += [number(r["detectable"]), needed if r["holm_p"] is not None else "-"]
             cells.append(verdict + (f" ({r['reason']})" if r["reason"] else ""))
             rows.append(" | ".join(cells))
         marked = f"; exploratory ({a.exploratory})" if a.exploratory else ""
@@ -208,8 +204,7 @@ def plan_text() -> str:
         "one look, tested (Holm over all its m tests) once every test has all its planned seeds; "
         "until then a row is an estimate. An interaction is the per-seed difference of two "
         "differences. The plot (exploratory) puts test BLEU against the token : position RMS "
-        "ratio at the input at init.\n\n![bleu against the magnitude ratio]"
-        f"(bleu_vs_ratio_{PLAN_PROTOCOL}.png)"
+        f"ratio at the input at init (bleu_vs_ratio_{PLAN_PROTOCOL}.png, under Plots)."
     )
 
 
@@ -235,17 +230,18 @@ def configuration_table(rows: Sequence[dict]) -> str:
 
 SETUP = "model.d_model model.n_heads model.n_encoder_layers model.n_decoder_layers model.d_ff "
 SETUP += "model.dropout tokenizer.vocab_size trainer.batch_tokens trainer.accumulate trainer.lr "
-SETUP += "trainer.warmup_steps trainer.val_every trainer.patience trainer.min_delta"
+SETUP += "trainer.warmup_steps trainer.val_every trainer.patience trainer.min_delta "
+SETUP += "trainer.max_steps trainer.max_minutes"
 
 
 def setup_text(report: Report) -> str:
-    """Each protocol's model and training settings, from its first run's config; the caps
-    (trainer.max_steps, max_minutes) are in each run's config.yaml."""
+    """Each protocol's model and training settings: every value its runs used, "/" between."""
     lines = []
     for protocol in dict.fromkeys(c.protocol for c in report.groups):
-        cfg = next(r for r in report.runs if r.configuration.protocol == protocol).config
-        keys = " ".join(f"{key}={OmegaConf.select(cfg, key)}" for key in SETUP.split())
-        lines.append(f"- {protocol.title}: {keys}")
+        cfgs = [r.config for r in report.runs if r.configuration.protocol == protocol]
+        used = {k: dict.fromkeys(str(OmegaConf.select(c, k)) for c in cfgs) for k in SETUP.split()}
+        values = " ".join(f"{k}={'/'.join(v)}" for k, v in used.items())
+        lines.append(f"- {protocol.title}: {values}")
     return "\n".join(lines)
 
 
@@ -253,7 +249,8 @@ def long_test_text(report: Report) -> str:
     """Per configuration with long test sets: its scores on the headline and each of them."""
     rows = []
     for c, runs in report.groups.items():
-        for name in [report.test_set, *long_test_sets(runs)] if long_test_sets(runs) else []:
+        sets = long_test_sets(runs)
+        for name in [report.test_set, *sets] if sets else []:
             bleu = mean_std_cell(*mean_std(scores_of(runs, name, "bleu")))
             chrf, ratio, early = (
                 mean(scores_of(runs, name, key))

@@ -165,11 +165,11 @@ class Comparison:
     """One test of a family on one test set, seeds paired."""
 
     test: Contrast | Interaction
-    system: Configuration  # the first arm's
-    reference: Configuration  # the second arm's
+    system: Configuration  # its first arm's (an interaction's first system)
+    reference: Configuration  # its second arm's
     test_set: str
     seeds: list[int]  # the test's seeds that every arm has run
-    difference: PairedDifference | None  # test BLEU, system minus reference; None: no seed yet
+    difference: PairedDifference | None  # test BLEU, as test.describe() says; None: no seed yet
     runs: list[Run]  # the paired runs of every arm
     verdict: Verdict | None = None  # set with its family's, once it is tested
 
@@ -213,7 +213,8 @@ class Answer:
         with the unadjusted 95% CI, and its verdict (or how many planned seeds are in)."""
         d, v, planned = c.difference, c.verdict, c.test.seeds
         low, high = (d and d.ci95) or (None, None)
-        record = {"question": self.family.question, "look": self.family.look}
+        look = self.family.look if self.family.planned else None
+        record = {"protocol": self.protocol.name, "question": self.family.question, "look": look}
         record |= {"family_size": self.size, "alpha": self.alpha}
         record |= {"exploratory": self.exploratory or None, "comparison": c.test.describe()}
         record |= {"test_set": c.test_set, "paired_seeds": " ".join(map(str, c.seeds))}

@@ -61,17 +61,14 @@ class Report:
     @cached_property
     def csv_rows(self) -> list[dict]:
         """report.csv: per configuration, a row per comparison it is the system of (in the
-        families' order), or one without."""
+        families' order), or one without; then the comparisons of systems without runs."""
         found = defaultdict(list)
         for answer in self.answers:
             for c in answer.comparisons:
                 found[c.system].append(answer.record(c))
-        empty = dict.fromkeys(next((r for rs in found.values() for r in rs), {"comparison": None}))
-        return [
-            row | record
-            for row, c in zip(self.rows, self.groups, strict=True)
-            for record in found[c] or [empty]
-        ]
+        rows = zip(self.rows, self.groups, strict=True)
+        unrun = [r for c, records in found.items() if c not in self.groups for r in records]
+        return [row | record for row, c in rows for record in found[c] or [{}]] + unrun
 
 
 def build_report(
@@ -157,7 +154,7 @@ def save_plots(report: Report) -> list[Path]:
     views.save_test_bleu(report.rows, paths[0], report.test_set)
     for protocol in dict.fromkeys(c.protocol for c in report.groups):
         groups = {c.name: runs for c, runs in report.groups.items() if c.protocol == protocol}
-        if points := ratio_points([run for runs in groups.values() for run in runs]):
+        if points := ratio_points([r for runs in groups.values() for r in runs], report.test_set):
             paths.append(out / f"bleu_vs_ratio_{protocol.name}.png")
             views.save_ratio_plot(points, paths[-1], protocol.title)
         bleu = {
@@ -172,12 +169,12 @@ def save_plots(report: Report) -> list[Path]:
     return paths
 
 
-def ratio_points(runs: Sequence[Run]) -> dict[str, list[tuple[float, float]]]:
-    """(init ratio, test BLEU) of each full-data run, by encoding."""
+def ratio_points(runs: Sequence[Run], test_set: str) -> dict[str, list[tuple[float, float]]]:
+    """(init ratio, test BLEU on test_set) of each full-data run, by encoding."""
     points = defaultdict(list)
     for run in runs:
         data = run.config.data
         full = data.get("train_max_words") is None and data.get("train_subsample") is None
         if full and (ratio := init_ratio(run)) is not None:
-            points[run.config.pe.encoder].append((ratio, run.scores(run.test_sets[0])["bleu"]))
+            points[run.config.pe.encoder].append((ratio, run.scores(test_set)["bleu"]))
     return points

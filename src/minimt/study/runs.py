@@ -20,9 +20,11 @@ from minimt.model.embedding import sinusoidal_table
 
 log = logging.getLogger(__name__)
 
-# Settings that do not set a configuration apart: the seed, the caps, where the data lives.
-NOT_A_SETTING = {"trainer.seed", "trainer.max_steps", "trainer.max_minutes", "trainer.max_epochs"}
-NOT_A_SETTING |= {"data.dir", "data.url", "resume", "choices.sweep", "choices.arm"}
+# Not what sets a configuration apart: seed, caps, data location, logging and saving, threads.
+NOT_A_SETTING = set("resume views data.dir data.url choices.sweep choices.arm".split())
+NOT_A_SETTING |= {f"trainer.{k}" for k in "seed max_steps max_minutes max_epochs log_every".split()}
+NOT_A_SETTING |= {f"trainer.{k}" for k in "save_every keep_checkpoints prefetch".split()}
+NOT_A_SETTING.add("trainer.num_threads")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,9 @@ class Protocol:
     def name(self) -> str:
         if self in DECLARED:
             return self.experiment
-        return "_".join([self.experiment or "as_configured", self.precision, self.device])
+        return "_".join(
+            filter(None, [self.experiment or "as_configured", self.precision, self.device])
+        )
 
     @property
     def title(self) -> str:
@@ -70,7 +74,7 @@ def protocol_of(metrics: dict) -> Protocol:
 @dataclass(frozen=True)
 class Configuration:
     """A protocol and what a run ran in it (its arm, and the settings that set it apart from the
-    other runs of that arm): its runs differ only by seed."""
+    other runs of that arm): its runs differ only in NOT_A_SETTING."""
 
     protocol: Protocol
     name: str
