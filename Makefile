@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The PyTorch build to install when the environment has none. The project itself accepts any
-# torch>=2.3; this pin picks a build that is quick to fetch (override: make train TORCH=torch).
+# torch>=2.4; this pin picks a build that is quick to fetch (override: make train TORCH=torch).
 TORCH ?= torch==2.13.0
 ARGS ?=
 

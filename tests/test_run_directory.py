@@ -138,6 +138,7 @@ def test_evaluate_stops_on_a_damaged_metrics_file_before_writing_anything(smoke_
         ("translate", "input=1.5", "input=1.5 must be a path"),
         ("translate", "beam=0", "beam=0 must be an integer >= 1"),
         ("evaluate", "beam={a:1}", "beam={a:1}: arguments are key=value"),
+        ("evaluate", "beam=[1,", "beam=[1,: arguments are key=value"),  # YAML cut short
         ("evaluate", "split=3", "split=3 must be a list of split names"),
         ("average_checkpoints", "last=abc", "last='abc' must be an integer >= 1"),
     ],

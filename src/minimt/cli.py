@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError
 
@@ -32,7 +33,7 @@ def parse_args(
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([arg]))
         except ConfigKeyError as error:
             sys.exit(f"error: unknown argument ({error.msg.splitlines()[0]})\n{usage}")
-        except (ValueError, ConfigTypeError) as error:
+        except (ValueError, ConfigTypeError, yaml.YAMLError) as error:
             sys.exit(f"error: {arg}: arguments are key=value ({str(error).splitlines()[0]})")
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
