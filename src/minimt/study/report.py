@@ -164,7 +164,7 @@ def save_plots(report: Report) -> list[Path]:
         }
         if bleu:
             paths.append(out / f"long_tests_{protocol.name}.png")
-            title = f"{protocol.title}: held-out long test sets"
+            title = f"{protocol.title}:\nheld-out long test sets"
             views.save_long_tests(bleu, paths[-1], title)
     return paths
 
