@@ -32,11 +32,12 @@ class ReportError(MinimtError):
     """Nothing to report (not a directory, no finished runs); the message says which."""
 
 
+NAMED = list(dict.fromkeys(a for f in QUESTIONS + PLAN for t in f.tests for a in t.arms[1::-1]))
+
+
 def arm_rank(name: str) -> tuple:
     """Arms in the order the questions, then the plan, first name them; others after, by name."""
-    tests = [test for family in QUESTIONS + PLAN for test in family.tests]
-    named = list(dict.fromkeys(arm for test in tests for arm in test.arms[1::-1]))
-    return (named.index(name), "") if name in named else (len(named), name)
+    return (NAMED.index(name), "") if name in NAMED else (len(NAMED), name)
 
 
 @dataclass
