@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from minimt.study.report import ReportError, build_report, write_report
+from minimt.study.report import ReportError, build_report, ratio_points, write_report
 from minimt.study.significance import holm
 from scripts.collect_runs import collect_runs
 from scripts.report import main
@@ -198,6 +198,20 @@ def test_long_test_sets_and_settings_are_reported(sweep):
     assert "| toy_fp32_cpu | control_sinusoidal | 1 2 | 26.00 26.50 |" in text
     assert "trainer.patience=3 trainer.min_delta=0.0" in text
     assert "(bleu_vs_ratio_toy_fp32_cpu.png)" in text and "(long_tests_toy_fp32_cpu.png)" in text
+
+
+def test_the_ratio_plot_has_each_full_data_configuration_by_encoding(sweep):
+    report = build_report(sweep, None)
+    points = ratio_points({c.name: runs for c, runs in report.groups.items()}, "test")
+    # scaled tokens (RMS 1) over the learned table's std 0.02; rope adds nothing; the length split
+    # and its control train on other data
+    assert {pe: list(names) for pe, names in points.items()} == {
+        "sinusoidal": ["full_sinusoidal", "share_none"],
+        "learned": ["full_learned"],
+    }
+    assert points["learned"]["full_learned"] == [
+        (pytest.approx(50.0), bleu) for bleu in TEST_BLEU["full_learned"].values()
+    ]
 
 
 def test_the_report_regenerates_byte_for_byte(sweep, capsys):

@@ -155,7 +155,7 @@ def save_plots(report: Report) -> list[Path]:
     views.save_test_bleu(report.rows, paths[0], report.test_set)
     for protocol in dict.fromkeys(c.protocol for c in report.groups):
         groups = {c.name: runs for c, runs in report.groups.items() if c.protocol == protocol}
-        if points := ratio_points([r for runs in groups.values() for r in runs], report.test_set):
+        if points := ratio_points(groups, report.test_set):
             paths.append(out / f"bleu_vs_ratio_{protocol.name}.png")
             views.save_ratio_plot(points, paths[-1], protocol.title)
         bleu = {
@@ -170,12 +170,13 @@ def save_plots(report: Report) -> list[Path]:
     return paths
 
 
-def ratio_points(runs: Sequence[Run], test_set: str) -> dict[str, list[tuple[float, float]]]:
-    """(init ratio, test BLEU on test_set) of each full-data run, by encoding."""
-    points = defaultdict(list)
-    for run in runs:
-        data = run.config.data
-        full = data.get("train_max_words") is None and data.get("train_subsample") is None
-        if full and (ratio := init_ratio(run)) is not None:
-            points[run.config.pe.encoder].append((ratio, run.scores(test_set)["bleu"]))
+def ratio_points(groups: dict[str, Sequence[Run]], test_set: str) -> dict[str, dict[str, list]]:
+    """(init ratio, test BLEU on test_set) per run of each full-data configuration, by encoding."""
+    points = defaultdict(dict)
+    for name, runs in groups.items():
+        config = runs[0].config  # the same data and encoding for all runs of a configuration
+        full = not (config.data.get("train_max_words") or config.data.get("train_subsample"))
+        xy = [(init_ratio(run), run.scores(test_set)["bleu"]) for run in runs]
+        if full and xy[0][0] is not None:
+            points[config.pe.encoder][name] = xy
     return points

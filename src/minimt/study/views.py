@@ -108,9 +108,7 @@ def log_embedding_projector(
     (in float64, to print short) as the Projector reads a text table."""
     table = model.embedding.tgt_token_weight[:max_tokens].detach().cpu().double()  # (N, d_model)
     labels = token_labels(tokenizers.tgt, range(table.size(0)))
-    writer.add_embedding(
-        table.round(decimals=4), metadata=labels, global_step=step, tag="tgt_tokens"
-    )
+    writer.add_embedding(table.round(decimals=4), labels, global_step=step, tag="tgt_tokens")
 
 
 def positional_table(model: Transformer, side: str = "src") -> Tensor | None:
@@ -236,8 +234,7 @@ def heatmap(
     figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
     ax = figure.add_subplot()
     cmap = "RdBu_r" if limits[0] < 0 else "viridis"
-    vmin, vmax = limits
-    image = ax.imshow(values.numpy(), cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    image = ax.imshow(values.numpy(), cmap, vmin=limits[0], vmax=limits[1], interpolation="nearest")
     ax.set_aspect("auto")
     figure.colorbar(image, ax=ax).ax.tick_params(labelsize=9)
     ax.set_title(title, fontsize=10)
@@ -286,12 +283,14 @@ def save_long_tests(lines: dict[str, list[tuple[str, float]]], path: Path, title
     save(fig, axes, path, "source length (words)", "test BLEU (beam)", title)
 
 
-def save_ratio_plot(points: dict[str, list[tuple[float, float]]], path: Path, title: str) -> None:
-    """Test BLEU against the init ratio (log scale), `points` holding each encoding's (ratio,
-    BLEU) per run."""
-    fig, axes = figure((6.0, 4.0))
-    for pe, xy in sorted(points.items()):
-        axes.scatter(*zip(*xy, strict=True), label=pe, alpha=0.8)
-    axes.set_xscale("log")
+def save_ratio_plot(points: dict[str, dict[str, list]], path: Path, title: str) -> None:
+    """Test BLEU against the init ratio (log scale): `points` holds each encoding's configurations'
+    (ratio, BLEU) per run; each configuration is named at its mean."""
+    fig, axes = figure((6.5, 4.5))
+    for pe, configurations in sorted(points.items()):
+        axes.scatter(*zip(*sum(configurations.values(), []), strict=True), label=pe, alpha=0.8)
+        for name, xy in configurations.items():  # named just right of its mean (log x)
+            axes.text(*np.mean(xy, axis=0) * (1.1, 1), name, fontsize=6, va="center")
+    axes.set(xscale="log", xmargin=0.25)
     xlabel = "token : position RMS at the input, at init (source side)"
     save(fig, axes, path, xlabel, "test BLEU", f"{title}:\none point per run (exploratory)")
