@@ -12,18 +12,23 @@ of an experiment (smoke, study_cpu): fp32 on one intra-op thread, trainer.seed=1
 of Multi30k. The loop's own train_step is wrapped to read each update's summed loss and
 gradient norm.
 
-The recorded values (tests/golden/golden_runs.json, float.hex strings) are keyed by the CPU's
-kernel set, torch.backends.cpu.get_cpu_capability() (AVX512, AVX2, ...), since torch's CPU
-kernels sum in another order on each. Where this capability's values were recorded with this
-torch version they must match exactly; elsewhere they must match another capability's within a
-relative tolerance, which a changed random draw or formula still exceeds.
+The recorded values (tests/golden/golden_runs.json, float.hex strings) are keyed by the
+machine's kernels: torch.backends.cpu.get_cpu_capability() (AVX512, AVX2, ...) and the CPU's
+vendor, family and model, since the kernels sum in another order on each kernel set, and one
+kernel set differs between CPUs too (an AMD EPYC's and an Intel Xeon's AVX512 values part in the
+last bits). Where this machine's values were recorded with this torch version they must match
+exactly; elsewhere they must match another machine's (the same capability's first) within a
+relative tolerance, which a changed random draw or formula still exceeds. A failure says which
+comparison applied.
 
-Re-record, only after a change meant to change training (and say so in its commit):
-    python tests/test_golden.py --record     # this CPU capability's values; others are kept
+Re-record, only after a change meant to change training (and say so in its commit), or to add
+this machine's values (then check first that the tolerance comparison passes here):
+    python tests/test_golden.py --record     # this machine's values; others are kept
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -69,7 +74,7 @@ CONFIGS = {
     "study_cpu": ("experiment=study_cpu", "data.max_train_pairs=3000", *COMMON),
 }
 
-# Off this CPU's recorded capability (or torch version): other kernels sum in another order, so
+# Off this machine's recorded values (or torch version): other kernels sum in another order, so
 # the values drift by float32 rounding, amplified over the updates. AVX2 kernels against AVX512
 # values drifted by up to 4e-6 (loss) and 3e-4 (grad norm); one more random draw before
 # training (dropout masks shifted) moved them by 2e-3 and 8e-3 or more. A reordered sum alone
@@ -110,21 +115,32 @@ def golden_run(name: str, multi30k_dir: Path, work_dir: Path) -> dict[str, list[
 
 
 def load_golden() -> dict:
-    """{capability: {"torch": version, config name: {"loss": [hex], "grad_norm": [hex]}}}"""
+    """{machine: {"torch": version, config name: {"loss": [hex], "grad_norm": [hex]}}}"""
     return json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {}
 
 
-def capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
+def machine() -> str:
+    """The recorded values' key: the CPU capability, then the vendor and family/model that
+    /proc/cpuinfo gives, where it gives them: `AVX512 GenuineIntel 6/143`."""
+    info = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    vendor, family, model = (info.get(key) for key in ("vendor_id", "cpu family", "model"))
+    cpu = f" {vendor} {family}/{model}" if vendor and family and model else ""
+    return torch.backends.cpu.get_cpu_capability() + cpu
 
 
 def expected_values(name: str) -> tuple[bool, str, dict[str, list[float]]]:
     """Whether to compare exactly, which comparison applies (in words) and the values recorded
-    for config `name`: this capability's when recorded with this torch version, else those of
-    this capability or, without them, of another one (in name order), to compare with a
-    tolerance."""
-    golden, here = load_golden(), capability()
-    candidates = [here, *sorted(cap for cap in golden if cap != here)]
+    for config `name`: this machine's when recorded with this torch version, else those of this
+    machine or, without them, of another one (of this capability first, then in name order), to
+    compare with a tolerance."""
+    golden, here = load_golden(), machine()
+    capability = here.split()[0]
+    others = sorted((k for k in golden if k != here), key=lambda k: (k.split()[0] != capability, k))
+    candidates = [here, *others]
     recorded_on = next((cap for cap in candidates if name in golden.get(cap, {})), None)
     if recorded_on is None:
         pytest.fail(
@@ -185,13 +201,13 @@ def test_training_matches_the_golden_run(name, multi30k_dir, golden_dir):
 
 
 def record(multi30k_dir: Path, work_dir: Path) -> None:
-    """(Re)write this CPU capability's values of every config; other capabilities are kept."""
+    """(Re)write this machine's values of every config; other machines' are kept."""
     golden = load_golden()
-    here = golden[capability()] = {"torch": torch.__version__}
+    here = golden[machine()] = {"torch": torch.__version__}
     for name in CONFIGS:
         values = golden_run(name, multi30k_dir, work_dir / name)
         here[name] = {key: [v.hex() for v in vs] for key, vs in values.items()}
-        print(f"{capability()} {name}: {STEPS} updates, last loss {values['loss'][-1]!r}")
+        print(f"{machine()} {name}: {STEPS} updates, last loss {values['loss'][-1]!r}")
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
 
