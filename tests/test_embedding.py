@@ -83,7 +83,7 @@ def test_learned_positions_are_added_after_scaling():
     scaled_lookup = embedding.src_tokens.weight[ids] * 4.0
     positions = embedding.encode_source(ids) - scaled_lookup  # (B, S, d_model)
     assert torch.allclose(positions[0], positions[1], atol=1e-6)  # the same rows for every sentence
-    assert 0.01 < positions[0].std() < 0.04  # init N(0, 0.02), unscaled
+    assert 0.5 < positions[0].std() < 1.0  # init N(0, 0.7071), not times sqrt(d_model) = 4
 
 
 def test_dropout_is_applied_last_to_the_sum():

@@ -144,7 +144,7 @@ def test_pe_init_std_sets_the_learned_table_s_init_std():
     # 256 x 32 draws: the sample std is within 5% of the configured one
     assert tables[0].std().item() == pytest.approx(0.02, rel=0.05)
     assert tables[1].std().item() == pytest.approx(0.5, rel=0.05)
-    assert compose_config("pe=learned").pe.init_std == 0.02  # GPT's and BERT's, the default
+    assert compose_config("pe=learned").pe.init_std == 0.7071  # the sinusoid's RMS, the default
 
 
 def test_pe_scale_multiplies_the_sinusoidal_table():

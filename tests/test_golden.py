@@ -66,7 +66,7 @@ CONFIGS = {
     # the tiny model on 500 pairs: 14 updates an epoch, so 30 updates cross 2 reshuffles
     "smoke": ("experiment=smoke", *COMMON),
     # the tiny model with the encodings that draw from the RNG or act inside attention, untied
-    "smoke_learned": ("experiment=smoke", "pe=learned", *COMMON),
+    "smoke_learned": ("experiment=smoke", "pe=learned", "pe.init_std=0.02", *COMMON),
     "smoke_rope_untied": ("experiment=smoke", "pe=rope", "embedding.share=none", *COMMON),
     "smoke_alibi": ("experiment=smoke", "pe=alibi", *COMMON),
     # the CPU study's model (d_model 128, 4 heads, 3+3 layers, dropout 0.1, ~2.4M parameters
