@@ -93,6 +93,32 @@ def test_runs_of_another_protocol_never_enter_the_plan():
     assert answers and all(a.family not in PLAN for a in answers)
 
 
+def test_experiment_study_keeps_seeds_1_3_exploratory_and_tests_its_plan_on_new_seeds():
+    means = {"full_sinusoidal": 39, "full_learned": 36, "full_rope": 40, "sinusoid_rms_learned": 38}
+    runs = []
+    for i, (arm, bleu) in enumerate(means.items()):
+        for s in range(1, 9):
+            runs.append(run(arm, s, bleu + 0.1 * (s * (i + 2) % 5), experiment="study"))
+            runs[-1].metrics |= {"precision": "bf16", "device": "cuda"}
+    answers = answers_of(runs)
+    explored = [a for a in answers if not a.family.planned and a.comparisons]
+    assert explored and all(a.exploratory == "plan written after the data" for a in explored)
+    assert {s for a in explored for c in a.comparisons for s in c.seeds} == {1, 2, 3}
+    planned = {a.family.question: a for a in answers if a.family.planned}
+    assert set(planned) == {"Q1", "Q6"} and not any(a.exploratory for a in planned.values())
+    learned, rope = planned["Q1"].comparisons
+    assert learned.test.describe() == "full_learned vs full_sinusoidal"
+    assert learned.seeds == rope.seeds == [4, 5, 6, 7, 8]
+    bleu = {(r.arm, r.seed): r.scores(TEST_SET)["bleu"] for r in runs}
+    expected = paired_difference(
+        *([bleu[a, s] for s in range(4, 9)] for a in learned.test.arms[::-1])
+    )
+    assert learned.difference.mean == pytest.approx(expected.mean)
+    p_values = [c.difference.p_value for c in planned["Q6"].comparisons]
+    holm_p = [c.verdict.holm_p for c in planned["Q6"].comparisons]
+    assert holm_p == pytest.approx(holm(p_values))  # Holm over the family's 2 tests
+
+
 @pytest.mark.parametrize("arm", ["full_sinusoidal", "fairseq_learned", "unscaled_small_sinusoidal"])
 def test_the_ratio_a_config_gives_is_the_one_a_model_built_from_it_measures(arm):
     unrecorded = run(arm, 1, 30.0)

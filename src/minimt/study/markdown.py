@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from omegaconf import OmegaConf
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.study.questions import PLAN_PROTOCOL, Answer, Comparison
+from minimt.study.questions import PLAN_PROTOCOL, PLANS, TITLES, Answer, Comparison
 from minimt.study.runs import Run, long_test_sets, scores_of
 from minimt.study.significance import MAX_SEEDS, NONZERO, NOT_AFTER_HOLM, Rules, mean, mean_std
 
@@ -39,8 +39,8 @@ def report_text(report: Report, plots: Sequence[Path]) -> str:
         rules_text(report.rules, report.answers),
         verdict_tables(report.answers),
     ]
-    if any(c.protocol.name == PLAN_PROTOCOL for c in report.groups):
-        parts += [f"## The plan (experiment={PLAN_PROTOCOL})", plan_text()]
+    if any(c.protocol.name in PLANS for c in report.groups):
+        parts += ["## The plans", plan_text()]
     parts += ["## Long test sets", long_test_text(report)]
     parts += ["## Plots", "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)]
     parts += [f"BLEU signature: `{first['signature']}`"]
@@ -74,7 +74,7 @@ def answer(a: Answer, margin: float) -> str:
     """One family in one protocol: the comparisons behind each verdict, what has not run, and
     how many of its runs stopped at a cap."""
     look = f", look {a.family.look}" if a.family.planned else ""
-    heading = f"**{a.family.question}{look}. {a.family.title}**"
+    heading = f"**{a.family.question}{look}. {TITLES[a.family.question]}**"
     context = [a.protocol.title]
     if not a.comparisons:
         return f"{heading} ({context[0]}) Not run."
@@ -193,14 +193,15 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
         look = f" (look {a.family.look})" if a.family.planned else ""
         size = family_size(a, " comparisons")
         heading = f"### {a.family.question}{look}, {a.protocol.title}: {size}{marked}"
-        sections.append(f"{heading}\n\n{a.family.title}\n\n" + table(header, rows))
+        sections.append(f"{heading}\n\n{TITLES[a.family.question]}\n\n" + table(header, rows))
     return "\n\n".join(sections) or "No declared comparison has runs of both sides yet."
 
 
 def plan_text() -> str:
     """How the plan's families are read, and the magnitude plot."""
     return (
-        f"`minimt.study.questions.PLAN` (docs/study.md), fixed before its runs: each family is "
+        f"`minimt.study.questions.PLANS` (docs/study.md): experiment={PLAN_PROTOCOL} from its "
+        "second round, experiment=study from seed 4, each fixed before its runs. Each family is "
         "one look, tested (Holm over all its m tests) once every test has all its planned seeds; "
         "until then a row is an estimate. An interaction is the per-seed difference of two "
         "differences. The plot (exploratory) puts test BLEU against the token : position RMS "
@@ -252,10 +253,8 @@ def long_test_text(report: Report) -> str:
         sets = long_test_sets(runs)
         for name in [report.test_set, *sets] if sets else []:
             bleu = mean_std_cell(*mean_std(scores_of(runs, name, "bleu")))
-            chrf, ratio, early = (
-                mean(scores_of(runs, name, key))
-                for key in ("chrf", "length_ratio", "early_stop_share")
-            )
+            keys = ("chrf", "length_ratio", "early_stop_share")
+            chrf, ratio, early = (mean(scores_of(runs, name, key)) for key in keys)
             early = "-" if early is None else f"{100 * early:.1f}%"
             rows.append(" | ".join([c.name, name, bleu, number(chrf), number(ratio, 3), early]))
     if not rows:

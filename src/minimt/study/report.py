@@ -15,7 +15,7 @@ from pathlib import Path
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
 from minimt.study import markdown, views
-from minimt.study.questions import PLAN, QUESTIONS, Answer, answer_questions
+from minimt.study.questions import GPU_PLAN, PLAN, QUESTIONS, Answer, answer_questions
 from minimt.study.runs import (
     Configuration,
     Run,
@@ -32,7 +32,8 @@ class ReportError(MinimtError):
     """Nothing to report (not a directory, no finished runs); the message says which."""
 
 
-NAMED = list(dict.fromkeys(a for f in QUESTIONS + PLAN for t in f.tests for a in t.arms[1::-1]))
+FAMILIES = QUESTIONS + PLAN + GPU_PLAN
+NAMED = list(dict.fromkeys(a for f in FAMILIES for t in f.tests for a in t.arms[1::-1]))
 
 
 def arm_rank(name: str) -> tuple:
@@ -93,9 +94,7 @@ def build_report(
     first = found[0].test_sets
     headline = test_set or ([n for n in first if not n.startswith(LONG_PREFIX)] or first)[0]
     runs = [run for run in found if headline in run.test_sets]
-    skipped += [
-        (run.dir, f"metrics.json has no {headline} score") for run in found if run not in runs
-    ]
+    skipped += [(r.dir, f"metrics.json has no {headline} score") for r in found if r not in runs]
     if out_dir is None:
         collected = all(run.dir == collected_dir(sweep_dir, run) for run in runs)
         out_dir = sweep_dir.parent if collected else sweep_dir
@@ -165,8 +164,7 @@ def save_plots(report: Report) -> list[Path]:
         }
         if bleu:
             paths.append(out / f"long_tests_{protocol.name}.png")
-            title = f"{protocol.title}:\nheld-out long test sets"
-            views.save_long_tests(bleu, paths[-1], title)
+            views.save_long_tests(bleu, paths[-1], f"{protocol.title}:\nheld-out long test sets")
     return paths
 
 

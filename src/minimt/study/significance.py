@@ -204,12 +204,9 @@ def why_inconclusive(
     needs = [f"about {for_difference} seeds for better/worse"] if for_difference else []
     if for_equivalence is not None:
         needs.append(f"{'about ' if not needs else ''}{for_equivalence} for equivalent")
-    needed = (
-        " or ".join(needs) + f", for {rules.power:.0%} power if the true difference equals the "
-        "observed one, at this family's size"
-        if needs
-        else f"more than {MAX_SEEDS} seeds"
-    )
+    power = f"for {rules.power:.0%} power if the true difference equals the observed one"
+    more = f"more than {MAX_SEEDS} seeds"
+    needed = f"{' or '.join(needs)}, {power}, at this family's size" if needs else more
     low, high = d.ci95
     if (low > 0 or high < 0) and abs(d.mean) < rules.margin:
         return f"{NOT_AFTER_HOLM} (inside ±{rules.margin:g}): {needed}"
