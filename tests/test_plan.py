@@ -105,7 +105,7 @@ def test_experiment_study_keeps_seeds_1_3_exploratory_and_tests_its_plan_on_new_
     assert explored and all(a.exploratory == "plan written after the data" for a in explored)
     assert {s for a in explored for c in a.comparisons for s in c.seeds} == {1, 2, 3}
     planned = {a.family.question: a for a in answers if a.family.planned}
-    assert set(planned) == {"Q1", "Q6"} and not any(a.exploratory for a in planned.values())
+    assert set(planned) == {"Q1", "Q2", "Q6"} and not any(a.exploratory for a in planned.values())
     learned, rope = planned["Q1"].comparisons
     assert learned.test.describe() == "full_learned vs full_sinusoidal"
     assert learned.seeds == rope.seeds == [4, 5, 6, 7, 8]

@@ -156,7 +156,11 @@ WRITTEN_AFTER_THE_DATA = {"study": FIRST}
 GPU_PLAN = (
     Family("Q1", planned(NEW, *Q1_TESTS), 2, 0.05),
     Family("Q6", planned(NEW, *(f"sinusoid_rms_learned vs {r}" for r in Q6_REFERENCES)), 1, 0.05),
-)
+    # Added once those had run, before any unscaled run of this protocol: scaling where it is fast.
+    Family("Q2", planned(
+        NEW, "unscaled_learned vs full_learned", "unscaled_rope vs full_rope"
+    ), 1, 0.05),
+)  # fmt: skip
 PLANS = {PLAN_PROTOCOL: PLAN, "study": QUESTIONS + GPU_PLAN}
 
 
