@@ -1,5 +1,5 @@
-"""The study's questions and the plan of experiment=study_cpu, declared before their runs, and
-their answers: each family's seed-paired comparisons of arms, judged together (Holm within it)."""
+"""The study's questions, the plans of experiment=study_cpu and experiment=study declared before
+their runs, and their answers: each family's seed-paired comparisons, judged together (Holm)."""
 
 from __future__ import annotations
 
@@ -146,8 +146,9 @@ PLAN = (
         None, "unscaled_learned vs full_learned", "unscaled_sinusoidal vs full_sinusoidal"
     ), NEW),), 1, 0.05),
     # Magnitude balance: each new arm against the default and against today's learned arm.
-    Family("Q6", planned(Q6_SEEDS, *(f"{a} vs {r}" for a in Q6_ARMS for r in Q6_REFERENCES)),
-           1, 0.05),
+    Family("Q6", planned(
+        Q6_SEEDS, *(f"{a} vs {r}" for a in Q6_ARMS for r in Q6_REFERENCES)
+    ), 1, 0.05),
 )  # fmt: skip
 # experiment=study's families and margin were written after its first 48 runs (seeds 1-3) had been
 # analysed: its families stay exploratory, on those seeds. From seed 4 on, a plan fixed before its
