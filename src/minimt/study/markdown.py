@@ -75,14 +75,14 @@ def answer(a: Answer, margin: float) -> str:
     how many of its runs stopped at a cap."""
     look = f", look {a.family.look}" if a.family.planned else ""
     heading = f"**{a.family.question}{look}. {TITLES[a.family.question]}**"
+    marked = [f"exploratory ({a.exploratory})"] if a.exploratory else []
     context = [a.protocol.title]
     if not a.comparisons:
-        return f"{heading} ({context[0]}) Not run."
+        return f"{heading} ({'; '.join(context + marked)}) Not run."
     counts = sorted({len(c.seeds) for c in a.comparisons})
     plural = "s" if counts[-1] != 1 else ""
     seeds = f"{counts[0]}-{counts[-1]} seeds" if len(counts) > 1 else f"{counts[0]} seed{plural}"
-    context += [seeds, family_size(a)]
-    context += [f"exploratory ({a.exploratory})"] if a.exploratory else []
+    context += [seeds, family_size(a), *marked]
     parts = [f"{heading} ({'; '.join(context)})"]
     phrases = {"better": "Better than its reference", "worse": "Worse than its reference"}
     equivalent = f"Equivalent (±{margin:g} BLEU) to its reference"
@@ -163,9 +163,9 @@ def rules_text(rules: Rules, answers: Sequence[Answer]) -> str:
     )
     if exploratory:
         text += (
-            f"\n\n**Exploratory**: {'; '.join(exploratory)}: its families and the margin were "
-            "written after its runs had been analysed, so its verdicts are exploratory until new "
-            "seeds, under a plan written first, confirm them."
+            f"\n\n**Exploratory**: {'; '.join(exploratory)}: its families without a look and the "
+            "margin were written after the runs they rest on had been analysed, so their verdicts "
+            "are exploratory; new seeds test them only under a plan written first (with a look)."
         )
     return text
 
@@ -205,7 +205,7 @@ def plan_text() -> str:
         "one look, tested (Holm over all its m tests) once every test has all its planned seeds; "
         "until then a row is an estimate. An interaction is the per-seed difference of two "
         "differences. The plot (exploratory) puts test BLEU against the token : position RMS "
-        f"ratio at the input at init (bleu_vs_ratio_{PLAN_PROTOCOL}.png, under Plots)."
+        "ratio at the input at init (bleu_vs_ratio_<protocol>.png, under Plots)."
     )
 
 

@@ -249,7 +249,7 @@ def answer_questions(
             seen = () if family.planned else WRITTEN_AFTER_THE_DATA.get(protocol.name, ())
             for test in family.tests:
                 sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
-                runs = [run for side in sides.values() for run in side]
+                runs = [r for side in sides.values() for r in side if r.seed in seen or not seen]
                 sets = shared_test_sets(runs) if all(sides.values()) else []
                 if test.long_buckets:
                     sets = [name for name in sets if name.startswith(LONG_PREFIX)]
