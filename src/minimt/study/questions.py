@@ -249,13 +249,14 @@ def answer_questions(
             seen = () if family.planned else WRITTEN_AFTER_THE_DATA.get(protocol.name, ())
             for test in family.tests:
                 sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
-                runs = [r for side in sides.values() for r in side if r.seed in seen or not seen]
+                sides = {a: [r for r in s if r.seed in seen or not seen] for a, s in sides.items()}
+                runs = [run for side in sides.values() for run in side]
                 sets = shared_test_sets(runs) if all(sides.values()) else []
                 if test.long_buckets:
                     sets = [name for name in sets if name.startswith(LONG_PREFIX)]
                 else:
                     sets = [headline] if headline in sets or family.planned else []
-                found = [compare(test, sides, protocol, name, seen) for name in sets]
+                found = [compare(test, sides, protocol, name) for name in sets]
                 answer.comparisons += [c for c in found if c]
                 answer.not_run += [] if any(found) else [test]
             if answer.complete:
@@ -273,13 +274,12 @@ def compare(
     sides: dict[str, list[Run]],
     protocol: Protocol,
     test_set: str,
-    seen: tuple[int, ...] = (),
 ) -> Comparison | None:
-    """The test on the seeds of its plan (or those `seen`, or all) that every arm has run; None
-    where no seed is common and the plan fixes none."""
+    """The test on the seeds of its plan (or all) that every arm has run; None where no seed is
+    common and the plan fixes none."""
     by_seed = {arm: {run.seed: run for run in runs} for arm, runs in sides.items()}
     common = set.intersection(*(set(runs) for runs in by_seed.values()))
-    seeds = [s for s in (test.seeds or seen or sorted(common)) if s in common]
+    seeds = [s for s in (test.seeds or sorted(common)) if s in common]
     if not seeds and test.seeds is None:
         return None
 

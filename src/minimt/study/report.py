@@ -15,7 +15,7 @@ from pathlib import Path
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
 from minimt.study import markdown, views
-from minimt.study.questions import GPU_PLAN, PLAN, QUESTIONS, Answer, answer_questions
+from minimt.study.questions import PLANS, QUESTIONS, Answer, answer_questions
 from minimt.study.runs import (
     Configuration,
     Run,
@@ -32,7 +32,7 @@ class ReportError(MinimtError):
     """Nothing to report (not a directory, no finished runs); the message says which."""
 
 
-FAMILIES = QUESTIONS + PLAN + GPU_PLAN
+FAMILIES = [family for plan in (QUESTIONS, *PLANS.values()) for family in plan]
 NAMED = list(dict.fromkeys(a for f in FAMILIES for t in f.tests for a in t.arms[1::-1]))
 
 
