@@ -79,7 +79,7 @@ def test_the_docs_show_training_commands_of_every_kind():
     named = [name for name, _ in documented_commands()]
     assert len(named) >= 30
     assert "docs/operations.md: trainer.accumulate=1" in named  # torchrun
-    assert any("data=parallel_text data.train.src=train.de" in name for name in named)  # a \\ line
+    assert any("data=parallel_text data.train.src=train.de" in name for name in named)  # continued
     expanded = "sweep=scaling_cpu hydra/launcher=parallel arm=unscaled_small_sinusoidal"  # $A
     assert any(expanded in name for name in named)
 
