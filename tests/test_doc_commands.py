@@ -7,11 +7,10 @@ import re
 import shlex
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from minimt.config import validate_config
-from tests.helpers import REPO
+from tests.helpers import REPO, compose_config
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 TRAIN = "scripts/train.py"
@@ -99,6 +98,5 @@ def test_a_sweep_is_checked_one_value_at_a_time():
 def test_a_documented_training_command_composes_and_passes_the_rules(overrides):
     if PLACEHOLDER.search(" ".join(overrides)) or WRITTEN_BY_THE_READER & set(overrides):
         pytest.skip("needs the reader's own values")
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        for job in one_value_per_job(overrides):
-            validate_config(compose("config", overrides=job))
+    for job in one_value_per_job(overrides):
+        validate_config(compose_config(*job))
