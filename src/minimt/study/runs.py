@@ -98,8 +98,7 @@ class Run:
 
     @property
     def configuration(self) -> Configuration:
-        name = self.name or self.arm or "as_configured"
-        return Configuration(protocol_of(self.metrics), name)
+        return Configuration(protocol_of(self.metrics), self.name or self.arm or "as_configured")
 
     @property
     def seed(self) -> int:

@@ -285,12 +285,17 @@ def save_long_tests(lines: dict[str, list[tuple[str, float]]], path: Path, title
 
 def save_ratio_plot(points: dict[str, dict[str, list]], path: Path, title: str) -> None:
     """Test BLEU against the init ratio (log scale): `points` holds each encoding's configurations'
-    (ratio, BLEU) per run; each configuration is named at its mean."""
+    (ratio, BLEU) per run; each configuration is named at its mean, lower where names overlap."""
     fig, axes = figure((6.5, 4.5))
     for pe, configurations in sorted(points.items()):
         axes.scatter(*zip(*sum(configurations.values(), []), strict=True), label=pe, alpha=0.8)
-        for name, xy in configurations.items():  # named just right of its mean (log x)
-            axes.text(*np.mean(xy, axis=0) * (1.1, 1), name, fontsize=6, va="center")
     axes.set(xscale="log", xmargin=0.25)
+    means = [(*np.mean(xy, axis=0), name) for c in points.values() for name, xy in c.items()]
+    placed, height = [], np.ptp(axes.get_ylim()) / 30  # of a name at fontsize 6
+    for x, y, name in sorted(means, key=lambda mean: -mean[1]):  # just right of x (log x)
+        while any(abs(np.log10(x / px)) < 0.6 and abs(y - py) < height for px, py in placed):
+            y -= height / 4
+        placed.append((x, y))
+        axes.text(x * 1.1, y, name, fontsize=6, va="center")
     xlabel = "token : position RMS at the input, at init (source side)"
     save(fig, axes, path, xlabel, "test BLEU", f"{title}:\none point per run (exploratory)")
