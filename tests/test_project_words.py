@@ -1,6 +1,6 @@
 """The project's files speak of the project only: no issue numbers, no loaned machines or
-working sessions, no one machine's absolute paths. The collected runs (docs/study/runs/) and
-JSON records keep the paths they were made with and are left out."""
+working sessions, no one machine's absolute paths. Translations a model wrote (the collected runs'
+hyps.*.txt) and JSON records keep the words and paths they were made with and are left out."""
 
 import re
 import shutil
@@ -43,7 +43,7 @@ def project_files() -> list[str]:
     return [
         name
         for name in names
-        if name and not name.startswith("docs/study/runs/") and not name.endswith(".json")
+        if name and not Path(name).name.startswith("hyps.") and not name.endswith(".json")
     ]
 
 

@@ -22,7 +22,7 @@ def test_every_compared_configuration_is_an_arm_of_the_sweeps():
     ("experiment", "precision", "device", "name"),
     [
         ("study", "bf16", "NVIDIA H100 80GB HBM3", "study"),
-        ("study", "bf16", None, "study"),  # no device recorded: the declared protocol's
+        ("study", "bf16", "cuda", "study"),
         ("study_cpu", "fp32", "cpu", "study_cpu"),
         ("study_cpu", "bf16", "cpu", "study_cpu_bf16_cpu"),  # never paired with fp32
         ("study", "bf16", "cpu", "study_bf16_cpu"),  # another kind of device

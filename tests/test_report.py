@@ -360,7 +360,7 @@ def test_each_answer_says_how_many_of_its_runs_stopped_at_a_cap(sweep):
 
 
 def test_a_protocol_planned_after_its_data_has_exploratory_verdicts(tmp_path):
-    study = {"experiment": "study", "precision": "bf16"}  # no device recorded: matched by name
+    study = {"experiment": "study", "precision": "bf16", "device": "cuda"}
     for arm in ("full_sinusoidal", "full_learned", "full_rope"):
         for seed in (1, 2, 3):
             write_run(tmp_path / "sweep" / arm / f"seed{seed}", arm, seed, study)

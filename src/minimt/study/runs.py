@@ -61,14 +61,10 @@ DECLARED = {  # the study's protocols and their device in words
 
 
 def protocol_of(metrics: dict) -> Protocol:
-    """The run's experiment, precision and kind of device; a run that does not record its device
-    matches the declared protocol of its experiment and precision."""
+    """The run's experiment, precision and kind of device ("cpu", or "cuda" for a GPU's name)."""
     experiment = metrics.get("choices", {}).get("experiment") or ""
-    precision, device = metrics.get("precision") or "", metrics.get("device")
-    if device is None:
-        same = [p for p in DECLARED if (p.experiment, p.precision) == (experiment, precision)]
-        return same[0] if same else Protocol(experiment, precision, "")
-    return Protocol(experiment, precision, "cpu" if device == "cpu" else "cuda")
+    precision, device = metrics.get("precision") or "", metrics.get("device") or ""
+    return Protocol(experiment, precision, "cpu" if device == "cpu" else "cuda" if device else "")
 
 
 @dataclass(frozen=True)
