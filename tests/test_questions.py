@@ -23,6 +23,7 @@ def test_every_compared_configuration_is_an_arm_of_the_sweeps():
     [
         ("study", "bf16", "NVIDIA H100 80GB HBM3", "study"),
         ("study", "bf16", "cuda", "study"),
+        ("study", "bf16", None, "study_bf16"),  # no device recorded: not the declared one
         ("study_cpu", "fp32", "cpu", "study_cpu"),
         ("study_cpu", "bf16", "cpu", "study_cpu_bf16_cpu"),  # never paired with fp32
         ("study", "bf16", "cpu", "study_bf16_cpu"),  # another kind of device
