@@ -62,7 +62,7 @@ def test_the_plan_spends_at_most_the_family_wise_alpha_of_each_question_over_its
     spent: dict[str, float] = {}
     for family in PLAN:
         spent[family.question] = spent.get(family.question, 0.0) + family.alpha
-    assert spent == pytest.approx({"Q1": 0.025, "Q2": 0.05, "Q2x": 0.05, "Q6": 0.05})
+    assert spent == pytest.approx({"Q1": 0.025, "Q2": 0.05, "Q2x": 0.05, "Q6": 0.05, "Q7": 0.05})
     # Q1's second look has nothing left that new seeds can settle: its 0.025 stays unspent.
 
 
@@ -79,6 +79,15 @@ def test_the_second_look_tests_only_what_the_first_left_open_and_on_more_seeds()
         pair = (test.system, test.reference)
         assert pair in first and pair not in called_at_look_1
         assert set(first[pair]) < set(test.seeds)
+
+
+def test_q7_tests_learned_against_sinusoidal_on_fresh_seeds_9_to_20_only():
+    (q7,) = [family for family in PLAN if family.question == "Q7"]
+    (test,) = q7.tests
+    assert (test.system, test.reference) == ("sinusoid_rms_learned", "full_sinusoidal")
+    assert test.seeds == tuple(range(9, 21)) and q7.look == 1
+    earlier = {s for f in PLAN if f is not q7 for t in f.tests for s in (t.seeds or ())}
+    assert earlier == set(range(1, 9)) and not earlier & set(test.seeds)
 
 
 def test_the_interaction_is_tested_on_new_seeds_only():

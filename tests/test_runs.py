@@ -98,6 +98,17 @@ def test_a_key_set_to_null_and_a_key_not_there_are_the_same_setting(tmp_path):
     assert names(runs) == [("full_sinusoidal", 1), ("full_sinusoidal", 2)]
 
 
+def test_runs_scored_on_more_test_sets_are_runs_of_the_same_configuration(tmp_path):
+    write_run(tmp_path / "a", 1, arm="full_sinusoidal")
+    write_run(tmp_path / "b", 2, arm="full_sinusoidal")
+    path = tmp_path / "b" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["config"]["data"]["test_sets"] = ["test_2016_flickr", "test_2017_flickr"]
+    path.write_text(json.dumps(metrics))
+    runs, _ = load_sweep(tmp_path)
+    assert names(runs) == [("full_sinusoidal", 1), ("full_sinusoidal", 2)]
+
+
 def test_collect_runs_copies_metrics_config_and_hypotheses(sweep, tmp_path):
     dest = tmp_path / "runs"
     done = collect_runs(sweep, dest)

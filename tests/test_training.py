@@ -335,6 +335,10 @@ def test_a_resumed_run_stops_at_the_validation_an_uninterrupted_one_does(tmp_pat
         config(never_enough, "trainer.max_steps=100", f"resume={tmp_path / 'b'}"), tmp_path / "b"
     )
     assert straight["steps"] == resumed["steps"] == 15
+    assert len(straight["provenance"]["sessions"]) == 1
+    first, second = resumed["provenance"]["sessions"]  # the run, then its resume
+    assert first["started_utc"] <= second["started_utc"] <= resumed["provenance"]["ended_utc"]
+    assert resumed["provenance"]["started_utc"] == first["started_utc"]
     assert resumed["stop_reason"] == straight["stop_reason"]
     assert resumed["stop_reason"].startswith("trainer.patience reached: 2 validations")
 

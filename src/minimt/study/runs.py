@@ -20,8 +20,10 @@ from minimt.model.embedding import sinusoidal_table
 
 log = logging.getLogger(__name__)
 
-# Not what sets a configuration apart: seed, caps, data location, logging and saving, threads.
+# Not what sets a configuration apart: seed, caps, data location, the test sets scored at the end,
+# logging and saving, threads.
 NOT_A_SETTING = set("resume views data.dir data.url choices.sweep choices.arm".split())
+NOT_A_SETTING.add("data.test_sets")
 NOT_A_SETTING |= {f"trainer.{k}" for k in "seed max_steps max_minutes max_epochs log_every".split()}
 NOT_A_SETTING |= {f"trainer.{k}" for k in "save_every keep_checkpoints prefetch".split()}
 NOT_A_SETTING.add("trainer.num_threads")

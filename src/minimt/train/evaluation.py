@@ -27,6 +27,7 @@ from minimt.data.splits import RunData
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model.transformer import Transformer
+from minimt.provenance import provenance
 from minimt.runtime import device_name
 from minimt.train.memory import PeakMemory
 from minimt.train.progress import log_samples, log_scalars
@@ -125,6 +126,7 @@ def finish(
     average of the last step checkpoints), write metrics.json, call the hooks."""
     cfg = run.cfg
     state.train_seconds = clock.elapsed()
+    trained = provenance(state.sessions)
     ckpt_dir = run.run_dir / "checkpoints"
     extra = {}
     if cfg.trainer.average_last:  # before best.pt, so that the hooks see the best weights
@@ -143,6 +145,7 @@ def finish(
         "stop_reason": stop_reason,
         "precision": run.translator.precision,
         "device": device_name(run.device),
+        "provenance": trained,
         "world_size": world_size,
         "accumulate": cfg.trainer.accumulate,
         "train_seconds": state.train_seconds,

@@ -24,6 +24,7 @@ from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import prepare_data
 from minimt.errors import MinimtError
+from minimt.provenance import session
 from minimt.rundir import tokenizer_digest
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.train.distributed import Distributed
@@ -139,6 +140,7 @@ def run_training(
         else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
     )
     state.tokenizer_digest = tokenizer_digest(run_dir) if dist.is_main else ""
+    state.sessions.append(session(device))
     check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
     if dist.is_main:

@@ -52,6 +52,8 @@ class TrainState:
     # Seq2SeqEmbedding.input_magnitudes of the untrained model
     init_magnitudes: dict = field(default_factory=dict)
     tokenizer_digest: str = ""  # minimt.rundir.tokenizer_digest: another tokenizer is refused
+    # minimt.provenance.session of the run's start and of each resume
+    sessions: list[dict] = field(default_factory=list)
 
     def count_step(self, tokens: int, batches: int) -> None:
         """One optimizer step done: `tokens` target tokens in `batches` batches (all processes)."""
