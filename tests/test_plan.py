@@ -132,3 +132,58 @@ def test_the_ratio_a_config_gives_is_the_one_a_model_built_from_it_measures(arm)
         {**unrecorded.metrics, "input_magnitudes": {"init": {"src": {"ratio": 2.5}}}},
     )
     assert init_ratio(recorded) == 2.5
+
+
+def scored_on_2017_too(r: Run, shift: float, machine: str = "AMD EPYC") -> Run:
+    """The run, also scored on the two 2017 test sets (headline BLEU + shift), on `machine`."""
+    bleu = r.scores(TEST_SET)["bleu"]
+    r.metrics["test"] |= {name: {"bleu": bleu + shift} for name in SECONDARY_SETS}
+    r.metrics["provenance"] = {"machine": machine}
+    return r
+
+
+SECONDARY_SETS = ("test_2017_flickr", "test_2017_mscoco")
+
+
+def test_q7_is_tested_on_the_headline_alone_and_reports_the_2017_sets_beside_it():
+    seeds = range(9, 21)
+    learned = [scored_on_2017_too(r, -5.0) for r in scores("sinusoid_rms_learned", seeds, 39, 0)]
+    sinusoidal = [scored_on_2017_too(r, -4.0) for r in scores("full_sinusoidal", seeds, 39, 0.01)]
+    earlier = scores("full_sinusoidal", range(1, 9), 30, 0) + scores(
+        "sinusoid_rms_learned", range(1, 9), 45, 0
+    )  # seeds 1-8, scored on test_2016_flickr only, never enter Q7
+    q7 = family("Q7", 1, learned + sinusoidal + earlier)
+    headline, *secondary = q7.comparisons
+    assert q7.complete and q7.size == 1 and q7.tested == [headline]
+    assert headline.test_set == TEST_SET and headline.seeds == list(seeds)
+    assert headline.verdict is not None and headline.difference.mean == pytest.approx(
+        -0.01 * sum(seeds) / 12
+    )
+    assert [c.test_set for c in secondary] == list(SECONDARY_SETS)
+    for c in secondary:
+        assert c.secondary and c.verdict is None and c.seeds == list(seeds)
+        assert c.difference.mean == pytest.approx(headline.difference.mean - 1.0)
+        assert q7.record(c)["verdict"] == "secondary: not tested"
+    assert not headline.mixes_machines
+
+
+def test_a_comparison_names_its_machines_where_its_runs_trained_on_more_than_one():
+    seeds = range(9, 21)
+    learned = [scored_on_2017_too(r, 0) for r in scores("sinusoid_rms_learned", seeds, 39, 0)]
+    sinusoidal = [
+        scored_on_2017_too(r, 0, "AMD EPYC" if r.seed < 15 else "Intel Xeon")
+        for r in scores("full_sinusoidal", seeds, 39, 0)
+    ]
+    (headline, *_) = family("Q7", 1, learned + sinusoidal).comparisons
+    assert headline.mixes_machines
+    assert headline.describe_machines() == (
+        "sinusoid_rms_learned on AMD EPYC (9-20); "
+        "full_sinusoidal on AMD EPYC (9-14), Intel Xeon (15-20)"
+    )
+
+
+def test_runs_recorded_before_provenance_are_named_by_the_studys_account():
+    assert run("full_sinusoidal", 2, 39).machine == "AMD EPYC"
+    assert run("full_sinusoidal", 6, 39).machine == "Intel Xeon (family 6, model 207)"
+    assert run("unscaled_small_sinusoidal", 1, 39).machine.startswith("Intel Xeon")
+    assert run("share_none", 1, 39, experiment="study").machine == "unrecorded"  # device "cpu"

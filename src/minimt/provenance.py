@@ -68,7 +68,7 @@ def session(device: torch.device) -> dict[str, object]:
 
 
 def provenance(sessions: list[dict[str, object]]) -> dict[str, object]:
-    """metrics.json "provenance": the last session's machine, torch, threads and commit, the
+    """metrics.json "provenance": the latest session's machine, torch, threads and commit, the
     first session's start and the end of training (now), and every session where the run was
     resumed (a resume may run on another machine)."""
     last = sessions[-1]

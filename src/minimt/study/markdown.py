@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 from omegaconf import OmegaConf
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.study.questions import PLAN_PROTOCOL, PLANS, TITLES, Answer, Comparison
+from minimt.study.questions import (
+    PLAN_PROTOCOL,
+    PLANS,
+    TITLES,
+    Answer,
+    Comparison,
+)
 from minimt.study.runs import Run, long_test_sets, scores_of
 from minimt.study.significance import MAX_SEEDS, NONZERO, NOT_AFTER_HOLM, Rules, mean, mean_std
 
@@ -91,7 +97,11 @@ def answer(a: Answer, margin: float) -> str:
         found = [c for c in a.comparisons if c.verdict and c.verdict.verdict == verdict]
         parts += [f"{phrase}: {cite(found)}."] if found else []
     if not a.complete:
-        parts.append(f"Waiting for planned seeds, as estimates: {cite(a.comparisons)}.")
+        parts.append(f"Waiting for planned seeds, as estimates: {cite(a.tested)}.")
+    if secondary := [c for c in a.comparisons if c.secondary]:
+        parts.append(f"On the secondary test sets, not tested: {cite(secondary)}.")
+    if mixed := [c for c in a.comparisons if c.mixes_machines]:
+        parts.append(f"Runs on more than one machine: {mixed_machines(mixed)}.")
     missing = ", ".join(test.describe() for test in a.not_run)
     parts += [f"Not run yet: {missing}."] if missing else []
     return " ".join([*parts, caps(a.runs)] if a.runs else parts)
@@ -129,10 +139,16 @@ def cite(comparisons: Sequence[Comparison]) -> str:
             + (f" ({NONZERO})" if c.verdict and c.verdict.reason == NONZERO else "")
             for c in found
         )
-        sets = [c.test_set for c in found if c.test_set.startswith(LONG_PREFIX)]
+        sets = [c.test_set for c in found if c.test_set.startswith(LONG_PREFIX) or c.secondary]
         on = f" ({' / '.join(sets)})" if sets else ""
         entries.append(f"{test.describe()} {differences}{on}")
     return "; ".join(entries)
+
+
+def mixed_machines(comparisons: Sequence[Comparison]) -> str:
+    """'a vs b (a on AMD EPYC (1-3), ...; b on ...)', once per test."""
+    tests = {c.test: c for c in comparisons}.values()
+    return "; ".join(f"{c.test.describe()} ({c.describe_machines()})" for c in tests)
 
 
 def rules_text(rules: Rules, answers: Sequence[Answer]) -> str:
@@ -178,8 +194,10 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
     sections = []
     for a in [a for a in answers if a.comparisons]:
         rows = []
-        for r in map(a.record, a.comparisons):
+        for c, r in zip(a.comparisons, map(a.record, a.comparisons), strict=True):
             seeds = f"{len(r['paired_seeds'].split())} ({r['paired_seeds'] or '-'})"
+            if c.mixes_machines:
+                seeds += f"; {c.describe_machines()}"
             ci = "-" if r["ci95_low"] is None else f"[{r['ci95_low']:+.2f}, {r['ci95_high']:+.2f}]"
             needed = [r["seeds_for_difference"], r["seeds_for_equivalence"]]
             needed = " / ".join("-" if k is None else str(k) for k in needed)

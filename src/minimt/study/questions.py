@@ -16,6 +16,7 @@ from minimt.study.significance import (
 )
 
 ENCODINGS_IN_RANGE = ("learned", "rope", "alibi", "none")
+SECONDARY = "secondary: not tested"  # the verdict cell of a comparison on a secondary test set
 SPLIT_WORDS = 15  # the length split trains on sources of at most this many words
 
 
@@ -189,6 +190,27 @@ class Comparison:
     difference: PairedDifference | None  # test BLEU, as test.describe() says; None: no seed yet
     runs: list[Run]  # the paired runs of every arm
     verdict: Verdict | None = None  # set with its family's, once it is tested
+    secondary: bool = False  # on a test set beside the headline: reported, never tested
+
+    @property
+    def machines(self) -> dict[str, dict[str, list[int]]]:
+        """Per configuration, the seeds of its runs that trained on each machine."""
+        seeds: dict[str, dict[str, list[int]]] = {}
+        for run in self.runs:
+            on = seeds.setdefault(run.configuration.name, {}).setdefault(run.machine, [])
+            on.append(run.seed)
+        return seeds
+
+    @property
+    def mixes_machines(self) -> bool:
+        return len({machine for on in self.machines.values() for machine in on}) > 1
+
+    def describe_machines(self) -> str:
+        """'a on AMD EPYC (1-5); b on AMD EPYC (1-3), Intel Xeon (4-5)'."""
+        return "; ".join(
+            f"{name} on " + ", ".join(f"{m} ({seed_list(seeds)})" for m, seeds in on.items())
+            for name, on in self.machines.items()
+        )
 
 
 @dataclass
@@ -208,9 +230,15 @@ class Answer:
         return "plan written after the data" if after else ""
 
     @property
+    def tested(self) -> list[Comparison]:
+        """The comparisons its verdicts are about: on the headline test set (or, for long
+        buckets, on each long_* set), not the secondary sets reported beside them."""
+        return [c for c in self.comparisons if not c.secondary]
+
+    @property
     def complete(self) -> bool:
         """Every planned test has all its seeds (always, for a family without a plan)."""
-        seeds = {c.test: len(c.seeds) for c in self.comparisons}
+        seeds = {c.test: len(c.seeds) for c in self.tested}
         planned = [(t, len(t.seeds)) for t in self.family.tests if t.seeds is not None]
         return all(seeds.get(test) == n for test, n in planned)
 
@@ -219,7 +247,7 @@ class Answer:
         """Holm's m: a planned family's tests, or the comparisons with a p-value (2+ seeds)."""
         if self.family.planned:
             return len(self.family.tests)
-        return sum(c.difference.p_value is not None for c in self.comparisons)
+        return sum(c.difference.p_value is not None for c in self.tested)
 
     @property
     def runs(self) -> list[Run]:
@@ -236,6 +264,7 @@ class Answer:
         record |= {"family_size": self.size, "alpha": self.alpha}
         record |= {"exploratory": self.exploratory or None, "comparison": c.test.describe()}
         record |= {"test_set": c.test_set, "paired_seeds": " ".join(map(str, c.seeds))}
+        record["machines"] = c.describe_machines()
         record["planned_seeds"] = None if planned is None else " ".join(map(str, planned))
         record |= {"difference": d and d.mean, "ci95_low": low, "ci95_high": high}
         record |= {"p_value": d and d.p_value, "holm_p": v and v.holm_p}
@@ -244,6 +273,7 @@ class Answer:
         record |= {"seeds_for_equivalence": v and v.seeds_for_equivalence}
         n, of = len(c.seeds), len(planned or ())
         waiting = f"waiting: {n} of {of} planned seeds in" if n < of else "waiting for its family"
+        waiting = SECONDARY if c.secondary else waiting
         return record | {"verdict": v.verdict if v else waiting, "reason": v and v.reason or None}
 
 
@@ -262,23 +292,45 @@ def answer_questions(
             for test in family.tests:
                 sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
                 sides = {a: [r for r in s if r.seed in seen or not seen] for a, s in sides.items()}
-                runs = [run for side in sides.values() for run in side]
-                sets = shared_test_sets(runs) if all(sides.values()) else []
-                if test.long_buckets:
-                    sets = [name for name in sets if name.startswith(LONG_PREFIX)]
-                else:
-                    sets = [headline] if headline in sets or family.planned else []
-                found = [compare(test, sides, protocol, name) for name in sets]
+                tested, secondary = test_sets_of(test, sides, headline, family.planned)
+                found = [compare(test, sides, protocol, name) for name in tested]
+                found += [compare(test, sides, protocol, name, True) for name in secondary]
                 answer.comparisons += [c for c in found if c]
                 answer.not_run += [] if any(found) else [test]
             if answer.complete:
                 verdicts = family_verdicts(
-                    [c.difference for c in answer.comparisons], replace(rules, alpha=alpha)
+                    [c.difference for c in answer.tested], replace(rules, alpha=alpha)
                 )
-                for comparison, verdict in zip(answer.comparisons, verdicts, strict=True):
+                for comparison, verdict in zip(answer.tested, verdicts, strict=True):
                     comparison.verdict = verdict
             answers.append(answer)
     return answers
+
+
+def test_sets_of(
+    test: Contrast | Interaction, sides: dict[str, list[Run]], headline: str, planned: bool
+) -> tuple[list[str], list[str]]:
+    """The test sets `test` is tested on (each long_* set every run has, for long buckets; else
+    the headline) and, beside the headline, the other sets every run of its seeds was scored on
+    (secondary: reported, never tested)."""
+    seeds = set(test.seeds or ())
+    runs = [run for side in sides.values() for run in side if not seeds or run.seed in seeds]
+    sets = shared_test_sets(runs) if runs and all(sides.values()) else []
+    if test.long_buckets:
+        return [name for name in sets if name.startswith(LONG_PREFIX)], []
+    tested = [headline] if headline in sets or planned else []
+    return tested, [name for name in sets if name != headline and not name.startswith(LONG_PREFIX)]
+
+
+def seed_list(seeds: list[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3, 5"."""
+    ranges: list[list[int]] = []
+    for seed in seeds:
+        if ranges and seed == ranges[-1][-1] + 1:
+            ranges[-1].append(seed)
+        else:
+            ranges.append([seed])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in ranges)
 
 
 def compare(
@@ -286,6 +338,7 @@ def compare(
     sides: dict[str, list[Run]],
     protocol: Protocol,
     test_set: str,
+    secondary: bool = False,
 ) -> Comparison | None:
     """The test on the seeds of its plan (or all) that every arm has run; None where no seed is
     common and the plan fixes none."""
@@ -308,4 +361,4 @@ def compare(
     runs = [by_seed[arm][s] for s in seeds for arm in test.arms]
     difference = paired_difference(*sides_bleu) if seeds else None
     ends = (Configuration(protocol, arm) for arm in test.arms[:2])
-    return Comparison(test, *ends, test_set, seeds, difference, runs)
+    return Comparison(test, *ends, test_set, seeds, difference, runs, secondary=secondary)

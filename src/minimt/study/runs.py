@@ -103,6 +103,21 @@ class Run:
         return self.config.trainer.seed
 
     @property
+    def machine(self) -> str:
+        """What it trained on: metrics.json "provenance", or, for the runs recorded before it,
+        the account docs/study.md gives of them (RECORDED_MACHINES), the GPU's name "device"
+        gives, or "unrecorded"."""
+        recorded = self.metrics.get("provenance", {}).get("machine")
+        if recorded:
+            return recorded
+        protocol = protocol_of(self.metrics).name
+        for (name, arms, seeds), machine in RECORDED_MACHINES.items():
+            if protocol == name and (arms is None or self.arm in arms) and self.seed in seeds:
+                return machine
+        device = self.metrics.get("device")
+        return device if device and device != "cpu" else "unrecorded"
+
+    @property
     def test_sets(self) -> list[str]:
         """The test sets it was scored on, in metrics.json order (the headline first)."""
         return list(self.metrics["test"])
@@ -115,6 +130,24 @@ class Run:
         """The config key of its "stop_reason" ('trainer.patience reached ...' -> patience)."""
         reason = self.metrics.get("stop_reason")
         return "-" if reason is None else reason.split(" reached")[0].removeprefix("trainer.")
+
+
+EPYC, XEON = "AMD EPYC", "Intel Xeon (family 6, model 207)"
+SCALING_ARMS = (  # sweep=scaling_cpu's
+    *("full_sinusoidal", "unscaled_sinusoidal", "init1_sinusoidal", "unscaled_init1_sinusoidal"),
+    *("full_learned", "unscaled_learned", "full_rope", "unscaled_rope"),
+)
+# The CPU runs recorded before metrics.json had "provenance", by docs/study.md's account of where
+# each group ran: (protocol, arms or None for every arm, seeds) -> machine.
+RECORDED_MACHINES: dict[tuple[str, tuple[str, ...] | None, tuple[int, ...]], str] = {
+    ("study", None, (1, 2, 3)): "NVIDIA H100",
+    ("study_cpu", SCALING_ARMS, (1, 2, 3)): EPYC,
+    ("study_cpu", ("fairseq_learned", "sinusoid_rms_learned"), (1, 2, 3, 4, 5)): EPYC,
+    ("study_cpu", ("full_sinusoidal", "unscaled_sinusoidal"), (4, 5, 6, 7, 8)): XEON,
+    ("study_cpu", ("full_learned", "unscaled_learned"), (4, 5, 6, 7, 8)): XEON,
+    ("study_cpu", ("unscaled_small_sinusoidal",), (1, 2, 3, 4, 5)): XEON,
+    ("study_cpu", ("init1_sinusoidal", "unscaled_init1_sinusoidal"), (4, 5)): XEON,
+}
 
 
 def scores_of(runs: Sequence[Run], test_set: str, key: str) -> list[float]:
