@@ -168,7 +168,9 @@ def test_the_tokenizers_never_see_the_long_tests_and_each_split_has_its_own_cach
     assert len(list((tmp_path / "data" / "token_ids").iterdir())) == 2
     src_ids = run.tokenizers.encode_src([s for s, _ in trained_pairs(run)])
     tgt_ids = run.tokenizers.encode_tgt([t for _, t in trained_pairs(run)])
-    assert run.summary == {
+    training = {key: run.summary[key] for key in ("train_pairs", "train_max_src_tokens")}
+    training["train_max_tgt_tokens"] = run.summary["train_max_tgt_tokens"]
+    assert training == {
         "train_pairs": 167,
         "train_max_src_tokens": max(map(len, src_ids)),
         "train_max_tgt_tokens": max(map(len, tgt_ids)),

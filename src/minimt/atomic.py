@@ -4,13 +4,15 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from minimt.errors import MinimtError
 
 TEMP_SUFFIX = ".tmp"
+# Errors only writing gives: reading a file never fills a disk or meets a read-only filesystem.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 class WriteError(MinimtError, OSError):
@@ -22,25 +24,43 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside `path`; if the block succeeds, fsync it and rename it onto `path`.
     A failure inside leaves the previous file untouched and no partial file under the final name
     (a kill -9 leaves a hidden .tmp file that `remove_temp_files` clears); an OSError while writing
-    (ENOSPC: a full disk) is raised as a WriteError that names `path` and says why."""
+    (ENOSPC: a full disk) or renaming is raised as a WriteError that names `path` and says why.
+    An error that names only another file (a source read inside the block) is raised as it is."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        yield tmp
-        with tmp.open("rb+") as file:
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-        _fsync_directory(path.parent)  # makes the rename itself survive a power loss
-    except OSError as error:
-        ours = (tmp, path, *path.parents)  # the folders it may have to create included
-        another_file = error.filename is not None and Path(error.filename) not in ours
-        if isinstance(error, MinimtError) or another_file:
-            raise  # e.g. a source file read inside the block: not this write's failure
-        raise WriteError(f"could not write {path}: {why_not_written(error, path)}") from error
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+        except OSError as error:
+            written = (tmp, path, *path.parents)  # the folders it may have to create included
+            if isinstance(error, MinimtError) or not is_write_fault(error, written=written):
+                raise
+            raise _write_error(path, error) from error
+        try:
+            _commit(tmp, path)
+        except OSError as error:  # fsync or rename: this write's, whatever file it names
+            raise _write_error(path, error) from error
     finally:
         if tmp.exists():  # False too where the folder could not be made
             tmp.unlink()
+
+
+def is_write_fault(error: OSError, *, written: Sequence[Path]) -> bool:
+    """Whether `error`, raised while writing the files `written`, is their write's failure.
+
+    Yes for an errno that only a write gives (a full disk, a quota, a read-only filesystem)
+    whatever file the error names: shutil.copyfile puts its source in `error.filename` even when
+    the destination's disk is full. Else yes when it names one of `written`, or no file at all;
+    an error that names only other files is theirs (a source that could not be read)."""
+    if error.errno in WRITE_ERRNOS:
+        return True
+    named = [
+        Path(os.fsdecode(name))
+        for name in (error.filename, error.filename2)
+        if isinstance(name, str | bytes | os.PathLike)
+    ]
+    return not named or any(name in written for name in named)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -66,6 +86,18 @@ def remove_temp_files(folder: str | Path) -> list[Path]:
     for path in leftovers:
         path.unlink(missing_ok=True)
     return leftovers
+
+
+def _write_error(path: Path, error: OSError) -> WriteError:
+    return WriteError(f"could not write {path}: {why_not_written(error, path)}")
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    """fsync `tmp` and rename it onto `path`, durably."""
+    with tmp.open("rb+") as file:
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    _fsync_directory(path.parent)  # makes the rename itself survive a power loss
 
 
 def _fsync_directory(folder: Path) -> None:

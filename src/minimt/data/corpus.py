@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-from minimt.atomic import atomic_write
+from minimt.atomic import WRITE_ERRNOS, WriteError, atomic_write, is_write_fault
 from minimt.errors import MinimtError
 
 logger = logging.getLogger(__name__)
@@ -83,15 +83,21 @@ def fetch_multi30k_file(url: str, cache_dir: str | Path, split: str, lang: str) 
 
     source = f"{url.rstrip('/')}/{name}"
     logger.info("fetching %s", source)
-    with atomic_write(dest) as tmp:
-        _copy_to(source, tmp)
-        actual = sha256_of(tmp)
-        if actual != expected:
-            raise DataError(
-                f"{name} fetched from {source} has the wrong checksum: expected sha256 {expected}, "
-                f"got {actual}. The file was not used. Point data.url at the official, unmodified "
-                f"raw files ({MULTI30K_URL})."
-            )
+    try:
+        with atomic_write(dest) as tmp:
+            _copy_to(source, tmp)
+            actual = sha256_of(tmp)
+            if actual != expected:
+                raise DataError(
+                    f"{name} fetched from {source} has the wrong checksum: expected sha256 "
+                    f"{expected}, got {actual}. The file was not used. Point data.url at the "
+                    f"official, unmodified raw files ({MULTI30K_URL})."
+                )
+    except WriteError as error:  # a full data.dir: say what the failed copy left as it was
+        raise WriteError(
+            f"{error}; {name} was not cached, the files already in {dest.parent} (data.dir) "
+            "are intact"
+        ) from error
     return dest
 
 
@@ -280,12 +286,20 @@ def _reading(path: Path, chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def _copy_to(source: str, dest: Path) -> None:
-    """Copy `source` (a local path, file:// URL or http(s) URL) to `dest`, or raise DataError."""
+    """Copy `source` (a local path, file:// URL or http(s) URL) to `dest`; a source that cannot
+    be read is a DataError, a failed write the OSError that `atomic_write` reports."""
     path = local_path(source)
     if path is not None:
         if not path.is_file():
             raise DataError(f"{path} does not exist. {_HOW_TO_FIX}.")
-        shutil.copyfile(path, dest)
+        try:
+            shutil.copyfile(path, dest)
+        except OSError as error:
+            if is_write_fault(error, written=[dest]):
+                raise  # atomic_write says it: the cache's fault, not the source's
+            raise DataError(
+                f"cannot read {path}: {error.strerror or error}. {_HOW_TO_FIX}."
+            ) from None
         return
     try:
         with urllib.request.urlopen(source, timeout=DOWNLOAD_TIMEOUT_S) as response:
@@ -294,5 +308,7 @@ def _copy_to(source: str, dest: Path) -> None:
     except urllib.error.HTTPError as error:
         raise DataError(f"cannot download {source}: HTTP {error.code}. {_HOW_TO_FIX}.") from None
     except OSError as error:  # URLError, refused connections and timeouts alike
+        if error.errno in WRITE_ERRNOS:
+            raise  # the cache's disk, not the download: atomic_write says it
         reason = getattr(error, "reason", error)
         raise DataError(f"cannot download {source}: {reason}. {_HOW_TO_FIX}.") from None

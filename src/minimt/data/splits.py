@@ -41,6 +41,7 @@ from minimt.data.tokenized import (
     cached_token_pairs,
     filter_training_pairs,
     id_lengths,
+    positions_needed,
     text_pairs,
     tokenize_pairs,
 )
@@ -137,15 +138,17 @@ def load_text_splits(data: DictConfig) -> TextSplits:
 
 @dataclass
 class RunData:
-    """A run's raw splits, tokenizers and token-count batches; `summary` (for metrics.json's
-    "data"): the training pairs left after every filter, and their longest source and target in
-    BPE tokens without <bos>/<eos>."""
+    """A run's raw splits, tokenizers and token-count batches (`val_batches`: the validation
+    pairs that fit the position table, which the validation loss scores); `summary` (for
+    metrics.json's "data"): the training pairs left after every filter, their longest source and
+    target in BPE tokens without <bos>/<eos>, the validation pairs the loss skips and, per
+    held-out set, the sources that translating cuts to fit the position table."""
 
     splits: TextSplits
     tokenizers: TokenizerPair
     train_batches: BatchedPairs
     val_batches: BatchedPairs
-    summary: dict[str, int]
+    summary: dict[str, int | dict[str, int]]
 
 
 def prepare_data(cfg: DictConfig) -> RunData:
@@ -168,14 +171,66 @@ def prepare_data(cfg: DictConfig) -> RunData:
             "training on %d random pairs of %d (data.train_subsample)", len(rows), len(train_pairs)
         )
         train_pairs = train_pairs.select(rows, keep_in_memory=True)
-    batch_tokens = cfg.trainer.batch_tokens
+    batch_tokens, max_seq_len = cfg.trainer.batch_tokens, cfg.model.max_seq_len
+    val_pairs = tokenize_pairs(tokenizers, text_pairs(*splits.val))
+    scored, skipped = validation_loss_pairs(val_pairs, max_seq_len=max_seq_len)
+    cut = sources_cut(tokenizers, splits, max_seq_len=max_seq_len)
     return RunData(
         splits=splits,
         tokenizers=tokenizers,
         train_batches=BatchedPairs(train_pairs, batch_tokens, seed=cfg.trainer.seed),
-        val_batches=BatchedPairs(tokenize_pairs(tokenizers, text_pairs(*splits.val)), batch_tokens),
-        summary=training_summary(train_pairs),
+        val_batches=BatchedPairs(scored, batch_tokens),
+        summary=training_summary(train_pairs)
+        | {"val_pairs_skipped_by_loss": skipped, "sources_cut": cut},
     )
+
+
+def validation_loss_pairs(
+    pairs: datasets.Dataset, *, max_seq_len: int
+) -> tuple[datasets.Dataset, int]:
+    """The validation pairs whose source + <eos> and <bos> + target fit `max_seq_len` positions
+    (those the validation loss scores), and how many are skipped (logged); a DataError naming
+    model.max_seq_len when none fits."""
+    needed = positions_needed(pairs)
+    fits = needed <= max_seq_len
+    skipped = int((~fits).sum())
+    if len(pairs) and skipped == len(pairs):
+        raise DataError(
+            f"none of the {len(pairs)} validation pairs fits model.max_seq_len={max_seq_len} "
+            f"positions (counting <bos>/<eos>): the longest needs {needed.max()}, the shortest "
+            f"{needed.min()}; raise model.max_seq_len to {needed.max()} to score every one"
+        )
+    if skipped:
+        log.warning(
+            "the validation loss skips %d of %d validation pairs that need more than "
+            "model.max_seq_len=%d positions (counting <bos>/<eos>; the longest needs %d); greedy "
+            "BLEU still translates them, their sources cut to fit",
+            skipped,
+            len(pairs),
+            max_seq_len,
+            needed.max(),
+        )
+        pairs = pairs.select(np.flatnonzero(fits), keep_in_memory=True)
+    return pairs, skipped
+
+
+def sources_cut(
+    tokenizers: TokenizerPair, splits: TextSplits, *, max_seq_len: int
+) -> dict[str, int]:
+    """Per held-out set (val, then the test sets): how many sources are longer than the
+    max_seq_len - 1 tokens (room for <eos>) that the Translator keeps of a source (fit_to_model)."""
+    held_out = {"val": splits.val, **splits.tests}
+    counts = {
+        name: sum(len(ids) >= max_seq_len for ids in tokenizers.encode_src(src))
+        for name, (src, _) in held_out.items()
+    }
+    if any(counts.values()):
+        log.info(
+            "sources longer than model.max_seq_len=%d positions, cut to fit when translated: %s",
+            max_seq_len,
+            ", ".join(f"{name} {n}" for name, n in counts.items() if n),
+        )
+    return counts
 
 
 def subsample_size(data: DictConfig, splits: TextSplits, token_pairs: datasets.Dataset) -> int:

@@ -95,6 +95,12 @@ def id_lengths(pairs: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(src), np.concatenate(tgt)
 
 
+def positions_needed(pairs: datasets.Dataset) -> np.ndarray:
+    """(N,) positions each pair takes in the model: the longer of source + <eos> and <bos> +
+    target (the padded length of its batch row)."""
+    return np.maximum(*id_lengths(pairs)) + 1
+
+
 def filter_training_pairs(
     pairs: datasets.Dataset, max_len: int, rows: np.ndarray | None = None
 ) -> datasets.Dataset:
@@ -132,8 +138,7 @@ class BatchedPairs:
     def __init__(self, pairs: datasets.Dataset, batch_tokens: int, seed: int | None = None):
         self.pairs = pairs
         self._rows = pairs.with_format("arrow")
-        # (N,) padded length each pair needs: the longer of src + <eos> and <bos> + tgt
-        self.lengths = np.maximum(*id_lengths(pairs)) + 1
+        self.lengths = positions_needed(pairs)
         self.batch_tokens = batch_tokens
         self.seed = seed
 

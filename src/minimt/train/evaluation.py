@@ -63,7 +63,9 @@ class Hook(Protocol):
 
 @torch.no_grad()
 def validation_nll(model: Transformer, batches: BatchedPairs, autocast: torch.autocast) -> float:
-    """Mean negative log-likelihood per target token (no label smoothing): exp() is perplexity."""
+    """Mean negative log-likelihood per target token (no label smoothing): exp() is perplexity.
+    Over the pairs of `batches`: RunData.val_batches holds those that fit the position table
+    (prepare_data counts the others in its summary, metrics.json "data")."""
     model.eval()
     nll = SummedLoss(model, 0.0, autocast)
     device = next(model.parameters()).device
