@@ -5,7 +5,9 @@
 
 Copies each run with a metrics.json into <dest>/<protocol>/<configuration>/seed<k>/ (metrics.json,
 config.yaml, hyps.*.txt). Running it again changes nothing; a run already there whose files
-differ is replaced, with a warning. Then: python scripts/report.py sweep=<dest>
+differ is replaced, with a warning. Each file is written whole or not at all, metrics.json last:
+a copy stopped half-way (Ctrl-C, a full disk) is no collected run until it runs again.
+Then: python scripts/report.py sweep=<dest>
 """
 
 import logging
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from minimt.atomic import WriteError, noting_what_is_intact, why_not_written, write_bytes
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.study.runs import collected_dir, load_sweep
 
@@ -43,13 +46,31 @@ def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
             continue
         if present:
             log.warning("%s differs from %s: replacing it", target, run.dir)
-            for name in present:
-                (target / name).unlink()
-        target.mkdir(parents=True, exist_ok=True)
-        for name, content in files.items():
-            (target / name).write_bytes(content)
+        note = (
+            f"{target} has no metrics.json until collect_runs.py runs again; the other runs in "
+            f"{dest} are intact"
+        )
+        with noting_what_is_intact(note):
+            copy_files(target, files, stale=present.keys() - files.keys())
         done.append((target, "replaced" if present else "copied"))
     return done
+
+
+def copy_files(target: Path, files: dict[str, bytes], *, stale: set[str]) -> None:
+    """Delete the `stale` files of `target` and write `files` there, each atomically.
+    metrics.json, which makes the folder a finished run, goes first and comes back last."""
+    for name in ["metrics.json", *stale]:
+        remove(target / name)
+    for name in sorted(files, key=lambda name: name == "metrics.json"):
+        write_bytes(target / name, files[name])
+
+
+def remove(path: Path) -> None:
+    """Delete `path` if it is there; a failure (a read-only folder) is a WriteError naming it."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        raise WriteError(f"could not remove {path}: {why_not_written(error, path)}") from error
 
 
 @one_line_errors

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig
 
-from minimt.atomic import write_text
+from minimt.atomic import noting_what_is_intact, write_text
 from minimt.checkpoint import average_last_checkpoints, save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
@@ -150,11 +150,13 @@ def main(argv: list[str]) -> None:
     def hyps_path(name: str, beam: int) -> Path:
         return Path(args.out) if args.out else run / "hyps" / f"{name}.beam{beam}.{checkpoint}.txt"
 
-    evaluations = evaluate_sets(
-        translator, sets, as_list(args.beam), args.length_penalty, hyps_path
-    )
-    print_table(evaluations, checkpoint)
-    record_evaluations(run, metrics, evaluations, checkpoint, args.length_penalty)
+    intact = f"{run / 'metrics.json'} is as it was, the translations written before are complete"
+    with noting_what_is_intact(intact):
+        evaluations = evaluate_sets(
+            translator, sets, as_list(args.beam), args.length_penalty, hyps_path
+        )
+        print_table(evaluations, checkpoint)
+        record_evaluations(run, metrics, evaluations, checkpoint, args.length_penalty)
 
 
 def print_table(evaluations: list[Evaluation], checkpoint: str) -> None:

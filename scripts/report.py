@@ -11,11 +11,12 @@ sweep directory, or for collected runs (scripts/collect_runs.py) the directory a
 `test_set` (default: the first run's first that is not a long_* set) is the headline test set.
 `alpha`, `margin` (BLEU) and `power` are the verdict protocol's settings (defaults:
 minimt.study.significance.Rules; docs/study.md says where the margin comes from). Runs without
-metrics.json are listed as skipped.
+metrics.json are listed as skipped. Each file is written whole or not at all (a temp file renamed).
 """
 
 import sys
 
+from minimt.atomic import noting_what_is_intact
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.study.markdown import configuration_table
 from minimt.study.report import build_report, write_report
@@ -39,7 +40,11 @@ def main(argv: list[str]) -> None:
     setup_logging()
     rules = Rules(args.alpha, args.margin, args.power)
     report = build_report(args.sweep, args.test_set, args.out, rules)
-    paths = write_report(report)
+    intact = (
+        f"each file in {report.out_dir} is its previous version or its new one, none half-written"
+    )
+    with noting_what_is_intact(intact):
+        paths = write_report(report)
     print(configuration_table(report.rows))
     for path in paths:
         print(f"wrote {path}")

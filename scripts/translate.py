@@ -5,8 +5,8 @@ python scripts/translate.py run=DIR input=file.de output=file.en beam=5 checkpoi
 """
 
 import sys
-from pathlib import Path
 
+from minimt.atomic import noting_what_is_intact, write_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import optional, path
@@ -61,12 +61,15 @@ def main(argv: list[str]) -> None:
         except OSError as error:
             sys.exit(f"error: cannot read input={args.input} ({error.strerror})")
     hyps = translator.translate(lines, beam=args.beam, length_penalty=args.length_penalty)
-    # UTF-8 whatever the locale, like the input: a latin-1 or ASCII terminal must not crash it.
-    text = "".join(h + "\n" for h in hyps).encode("utf-8")
+    text = "".join(h + "\n" for h in hyps)
     if args.output is None:
-        sys.stdout.buffer.write(text)
-    else:
-        Path(args.output).write_bytes(text)
+        # UTF-8 whatever the locale, like the input: a latin-1 or ASCII terminal must not crash it.
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        return
+    with noting_what_is_intact(
+        f"output={args.output} was not written (a file already there is intact)"
+    ):
+        write_text(args.output, text)
 
 
 if __name__ == "__main__":

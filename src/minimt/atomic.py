@@ -71,12 +71,16 @@ def write_text(path: str | Path, text: str) -> None:
 
 def why_not_written(error: OSError, path: Path) -> str:
     """The reason of a failed write; for a full disk (or a failure without an errno) with the
-    free space of the filesystem that holds `path`."""
+    free space of the filesystem that holds `path`, for a folder that is a file in the way
+    with its name."""
     reason = error.strerror or str(error)
     if error.errno in (errno.ENOSPC, errno.EDQUOT, None):
         folder = next(p for p in path.parents if p.exists())
         free_mb = shutil.disk_usage(folder).free / 2**20
         reason += f" ({free_mb:,.1f} MB free on the filesystem of {folder})"
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):  # its folder could not be made
+        if file := next((p for p in path.parents if p.is_file()), None):
+            reason += f" ({file} is a file, not a folder)"
     return reason
 
 
@@ -106,3 +110,19 @@ def _fsync_directory(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` atomically."""
+    with atomic_write(path) as tmp:
+        tmp.write_bytes(data)
+
+
+@contextmanager
+def noting_what_is_intact(note: str) -> Iterator[None]:
+    """Inside, a WriteError gets `; <note>` added: what the failed write left as it was, so that
+    the one line a script ends on says it too."""
+    try:
+        yield
+    except WriteError as error:
+        raise type(error)(f"{error}; {note}") from error

@@ -1,13 +1,17 @@
 """What the scripts share: `key=value` command lines (lists as [a,b]), logging to stderr, and
-user errors ending a script as one line."""
+user errors and interruptions (Ctrl-C, SIGTERM) ending a script as one line."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -23,9 +27,11 @@ def parse_args(
     defaults: dict, argv: Sequence[str], usage: str, rules: dict | None = None
 ) -> DictConfig:
     """Merge `key=value` arguments over `defaults`; unknown or missing keys exit with usage, a
-    value its rule (minimt.config's) refuses with one line naming it."""
+    value its rule (minimt.config's) refuses with one line naming it. `-h`/`--help` prints
+    `usage` to stdout and exits 0."""
     if any(arg in ("-h", "--help") for arg in argv):
-        sys.exit(usage)
+        print(usage)
+        sys.exit(0)
     cfg = OmegaConf.create(defaults)
     OmegaConf.set_struct(cfg, True)
     for arg in argv:
@@ -52,9 +58,20 @@ def setup_logging() -> None:
     logging.getLogger("tensorboard").setLevel(logging.WARNING)  # a line per event file read
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt is for SIGINT: the `finally` blocks that remove
+    temp files run, where Python's default for SIGTERM ends the process without them."""
+
+
+# The exception each stop signal raises inside one_line_errors.
+STOP_SIGNALS = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated}
+
+
 def one_line_errors(main: Callable) -> Callable:
     """Decorate a script's main: a MinimtError ends it with `error: <message>` as one line on
-    stderr and exit status 1, no traceback; HYDRA_FULL_ERROR=1 raises it with its traceback.
+    stderr and exit status 1, no traceback; SIGINT (Ctrl-C) or SIGTERM ends it with one
+    `interrupted` line and exit status 128 + the signal's number (130, 143), after the temp files
+    of unfinished writes are removed. HYDRA_FULL_ERROR=1 raises either with its traceback.
 
     Under @hydra.main, put it below: Hydra then never sees the error (nor prints its trace).
     """
@@ -62,13 +79,57 @@ def one_line_errors(main: Callable) -> Callable:
     @functools.wraps(main)
     def reporting(*args, **kwargs):
         try:
-            return main(*args, **kwargs)
+            with stop_signals_raise():
+                return main(*args, **kwargs)
         except MinimtError as error:
             if os.environ.get(FULL_ERROR) == "1":
                 raise
             sys.exit(f"error: {one_line(str(error))}")
+        except (KeyboardInterrupt, Terminated) as stop:
+            if os.environ.get(FULL_ERROR) == "1":
+                raise
+            signum = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
+            print(interrupted_line(signum), file=sys.stderr)
+            sys.exit(128 + signum)
 
     return reporting
+
+
+def interrupted_line(signum: signal.Signals) -> str:
+    """What a script stopped by `signum` prints."""
+    return (
+        f"interrupted ({signum.name}): stopped before finishing, no file left half-written; "
+        "run it again to finish"
+    )
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While entered, SIGINT raises KeyboardInterrupt and SIGTERM Terminated; a second signal is
+    ignored while the first one's exception unwinds, so that cleanup runs to its end. A signal
+    the process was started ignoring (SIGINT in a shell's background job) stays ignored; off the
+    main thread, which alone may set handlers, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, _raise_stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: a handler not set from Python, which cannot be put back
+                signal.signal(signum, handler)
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    """The handler of stop_signals_raise: ignore further stop signals, raise this one's."""
+    for other in STOP_SIGNALS:
+        if signal.getsignal(other) is _raise_stop:
+            signal.signal(other, signal.SIG_IGN)
+    raise STOP_SIGNALS[signal.Signals(signum)]
 
 
 def one_line(message: str) -> str:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import csv
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from tempfile import TemporaryDirectory
 
+from minimt.atomic import atomic_write, write_bytes, write_text
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
 from minimt.study import markdown, views
@@ -132,18 +134,27 @@ def summary_row(c: Configuration, runs: Sequence[Run], test_set: str) -> dict:
 
 
 def write_report(report: Report) -> list[Path]:
-    """report.md, report.csv and the PNGs in the report's directory; returns their paths."""
+    """report.md, report.csv and the PNGs in the report's directory; returns their paths.
+
+    Each file is written to a temp file and renamed (minimt.atomic), so each is its new version
+    or its previous one, never half-written. The plots are drawn in the system's temp folder
+    first: matplotlib takes their format from their names."""
     out = report.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "report.csv").open("w", newline="", encoding="utf-8") as file:
+    with (
+        atomic_write(out / "report.csv") as tmp,
+        tmp.open("w", newline="", encoding="utf-8") as file,
+    ):
         fields = dict.fromkeys(key for row in report.csv_rows for key in row)
         writer = csv.DictWriter(file, list(fields), restval="")
         writer.writeheader()
         writer.writerows(
             {k: "" if v is None else v for k, v in row.items()} for row in report.csv_rows
         )
-    plots = save_plots(report)
-    (out / "report.md").write_text(markdown.report_text(report, plots), encoding="utf-8")
+    with TemporaryDirectory(prefix="minimt-plots-") as drawn:
+        plots = [out / plot.name for plot in save_plots(replace(report, out_dir=Path(drawn)))]
+        for plot in plots:
+            write_bytes(plot, (Path(drawn) / plot.name).read_bytes())
+    write_text(out / "report.md", markdown.report_text(report, plots))
     return [out / "report.md", out / "report.csv", *plots]
 
 
