@@ -6,12 +6,17 @@ import torch.nn.functional as F
 
 from minimt.model.search import (
     Hypothesis,
+    LiveRows,
     beam_search,
     best_extensions,
     greedy_decode,
     length_penalty_of,
+    max_output_lengths,
+    output_length_bounds,
 )
 from minimt.model.transformer import Transformer
+from tests.helpers import tiny_transformer
+from tests.host_reads import HostReads
 from tests.test_decoding import (
     BOS,
     ENCODINGS,
@@ -225,3 +230,47 @@ def test_overfit_model_reproduces_reversed_sources_with_beam():
 def test_n_best_cannot_exceed_beam():
     with pytest.raises(ValueError, match="n_best"):
         beam_search(make_model(), pad_batch(SOURCES), beam=2, n_best=3, **SPECIALS)
+
+
+def calls_of(model: Transformer, method: str, monkeypatch) -> list[tuple]:
+    """Records the arguments of every call of model.<method> in the list returned."""
+    calls, original = [], getattr(model, method)
+
+    def recorded(*args):
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(model, method, recorded)
+    return calls
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("beam", [1, 2, 5])
+@pytest.mark.parametrize("trained", [True, False])
+def test_decoding_reads_the_device_at_most_once_per_step(monkeypatch, trained, beam, use_cache):
+    """On a GPU every read waits for the queued steps: one per step decides which sentences are
+    done (and in greedy decoding brings the step's tokens), beam search's last brings its
+    hypotheses."""
+    model, sources = (
+        (reversal_model(), REVERSAL_SOURCES) if trained else (tiny_transformer(VOCAB), SOURCES)
+    )
+    model.eval()
+    steps = calls_of(model, "decode_step" if use_cache else "decode", monkeypatch)
+    src = pad_batch(sources)
+    with HostReads() as reads:
+        if beam == 1:
+            greedy_decode(model, src, use_cache=use_cache, **SPECIALS)
+        else:
+            beam_search(model, src, beam=beam, use_cache=use_cache, **SPECIALS)
+    assert len(steps) > 5 and reads.count <= len(steps), reads.calls
+
+
+def test_output_length_bounds_hold_every_source_length_of_the_width():
+    for width, a, b, cap in [(7, 1.5, 10, 30), (7, 1.5, 10, 12), (5, 0.0, 0, 9), (3, -1.0, 2, 9)]:
+        lengths = max_output_lengths(torch.arange(width + 1), a, b, cap).tolist()
+        assert output_length_bounds(width, a, b, cap) == (min(lengths), max(lengths))
+
+
+def test_live_rows_take_their_numbers_by_keyword():
+    with pytest.raises(TypeError):
+        LiveRows(make_model(), pad_batch(SOURCES), 1.5, 10, BOS, PAD, True)

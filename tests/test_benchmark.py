@@ -1,16 +1,24 @@
 """What the benchmark computes: padding fractions, and the script end to end on the smoke config."""
 
 import json
+import operator
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import torch
+from omegaconf import OmegaConf
 
-from tests.helpers import REPO, load_script
+from minimt.data.splits import prepare_data
+from minimt.data.tokenizer import PAD_ID
+from minimt.translator import Translator
+from tests.helpers import REPO, compose_config, load_script, tiny_run_overrides
+from tests.host_reads import HostReads
 
 BENCHMARK = "scripts/bench/benchmark.py"
-padding_fraction = load_script(BENCHMARK).padding_fraction
+benchmark = load_script(BENCHMARK)
+padding_fraction = benchmark.padding_fraction
 
 
 def test_padding_fraction_of_fabricated_batches():
@@ -82,3 +90,75 @@ def test_compare_with_an_unknown_peer_names_the_missing_script(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "peers/nosuch.sh" in done.stdout + done.stderr and "joeynmt" in done.stdout + done.stderr
+
+
+def test_host_reads_counts_every_kind_of_read_and_nothing_else():
+    x, mask = torch.arange(6.0), torch.arange(6) > 2
+    reads = {
+        "item": lambda: x[0].item(),
+        "tolist": lambda: x.tolist(),
+        "numpy": lambda: x.numpy(),
+        "cpu": lambda: x.cpu(),
+        "__bool__": lambda: 1 if mask.any() else 0,
+        "__int__": lambda: int(x[1]),
+        "__float__": lambda: float(x[1]),
+        "__index__": lambda: [1, 2][operator.index(torch.tensor(1))],
+        "nonzero": lambda: (mask.nonzero(), torch.nonzero(mask)),
+        "argwhere": lambda: torch.argwhere(mask),
+        "masked_select": lambda: x.masked_select(mask),
+        "where": lambda: torch.where(mask),
+        "__getitem__": lambda: (x[mask], x.view(2, 3)[:, mask[:3]]),
+        "__setitem__": lambda: x.clone().__setitem__(mask, 0.0),
+    }
+    for name, read in reads.items():
+        with HostReads() as counted:
+            read()
+        assert counted.calls == {name: 2 if name in ("nonzero", "__getitem__") else 1}, name
+    with HostReads() as counted:
+        x[torch.tensor([1, 2])], torch.where(mask, x, 0.0), x.to("cpu"), x.sum() * 2
+    assert counted.count == 0, counted.calls
+
+
+def test_the_timed_window_reads_the_host_only_inside_train_step(
+    multi30k_dir, tmp_path, monkeypatch
+):
+    """On a GPU a read in the timed window waits for the queued steps: the window holds the
+    steps as train() takes them, so every read in it is one train_step makes itself (batches
+    are collated from host memory on the prefetch thread, as in training)."""
+    cfg = compose_config(*tiny_run_overrides(multi30k_dir, tmp_path / "data"))
+    data = prepare_data(cfg)
+    run = benchmark.TrainingRun(cfg, data, torch.device("cpu"))
+    in_train_step = []
+
+    def train_step(*args):
+        with HostReads() as reads:
+            result = step(*args)
+        in_train_step.append(reads.count)
+        return result
+
+    step = benchmark.train_step
+    monkeypatch.setattr(benchmark, "train_step", train_step)
+    with HostReads() as window:
+        taken = run.train(3)
+    assert len(taken) == len(in_train_step) == 3
+    assert window.count == sum(in_train_step) > 0, window.calls
+    collated = [data.train_batches.collate(indices) for indices in taken]
+    src_lens = [n for b in collated for n in (b.src != PAD_ID).sum(1).tolist()]
+    tgt_lens = [n for b in collated for n in (b.tgt_out != PAD_ID).sum(1).tolist()]
+    assert run.counts(taken) == {
+        "tgt_tokens": sum(b.num_tgt_tokens for b in collated),
+        "src_tokens": sum(src_lens),
+        "flops": benchmark.training_flops(run.shape, src_lens, tgt_lens),
+    }
+    t = run.training
+    translator = Translator.from_config(t.model, data.tokenizers, cfg, t.precision)
+    validation = benchmark.measure_validation(cfg, run, translator, {"steps_per_s": 2.0})
+    schedule = (validation["val_every"], validation["val_pairs"])
+    assert schedule == benchmark.study_validation() == (200, 500)
+    assert 0 < validation["updates_per_s"] < 2.0
+
+
+def test_cuda_warms_up_past_every_shape_of_an_epoch():
+    bench = OmegaConf.create({"warmup_steps": 10})
+    assert benchmark.warmup_steps(bench, torch.device("cpu")) == 10
+    assert benchmark.warmup_steps(bench, torch.device("cuda")) == benchmark.CUDA_WARMUP_STEPS

@@ -8,8 +8,11 @@
 
 Measures (a) the matmul roof: FLOP/s of large fp32 products, and of bf16 ones where the device has
 bf16 matrix units or training runs in bf16 (emulated bf16 products take minutes); (b) training
-steps/s and target and source tokens/s on the real token-count batches, after warm-up, median of
-several windows; (c) model FLOPs per target token (`forward_flops`: attention included, real
+steps/s and target and source tokens/s on the real token-count batches, after warm-up (on CUDA
+at least CUDA_WARMUP_STEPS), median of several windows, each timing the steps as train() takes
+them and nothing that waits on the device (tokens and FLOPs come from the lengths on the host);
+on CUDA also updates/s with the study's validation schedule (greedy, configs/experiment/study.yaml);
+(c) model FLOPs per target token (`forward_flops`: attention included, real
 tokens only) and MFU = achieved model FLOP/s / the roof of the training precision; (d) the padding
 fraction of an epoch's batches; (e) decoding sentences/s on the first test set: greedy with and
 without the key/value cache, beam 5 (with no benchmark.run, the barely trained model decodes to the
@@ -53,7 +56,6 @@ from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.batching import prefetched
 from minimt.data.splits import RunData, prepare_data
 from minimt.data.tokenized import id_lengths
-from minimt.data.tokenizer import PAD_ID
 from minimt.metrics import corpus_scores
 from minimt.model.transformer import Transformer
 from minimt.runtime import (
@@ -65,11 +67,14 @@ from minimt.runtime import (
     seed_everything,
     set_num_threads,
 )
+from minimt.train.evaluation import score, validation_nll
 from minimt.train.step import build_training, checks_on_host, train_step
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
 PEERS = Path(__file__).resolve().parents[1] / "peers"
+STUDY_EXPERIMENT = Path(__file__).resolve().parents[2] / "configs" / "experiment" / "study.yaml"
+CUDA_WARMUP_STEPS = 200  # > an epoch of Multi30k at 4,096 tokens (~120 updates): see warmup_steps
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 PROFILE_ROWS_SHOWN = 5  # of each profile in the printed table; benchmark.json has them all
 DECODING_VARIANTS = {  # name: (use_cache, beam)
@@ -221,7 +226,7 @@ def top_ops(fn: Callable[[], object], device: torch.device, rows: int) -> list[d
 
 class TrainingRun:
     """A model trained on the real batches under one config, timed a window of steps at a time:
-    the trainer's own pieces (optimizer, loss, prefetched collation)."""
+    the trainer's own pieces (optimizer, loss, prefetched collation) and its step."""
 
     def __init__(self, cfg: DictConfig, data: RunData, device: torch.device):
         seed_everything(cfg.trainer.seed)
@@ -229,27 +234,38 @@ class TrainingRun:
         self.cfg, self.device = cfg, device
         self.training = build_training(cfg, *vocab, device)
         self.shape = Shape.of(self.training.model)
-        batches = (data.train_batches.collate(i) for i in batch_order(data))
+        self.src_lens, self.tgt_lens = id_lengths(data.train_batches.pairs)  # (pairs,) on host
+        batches = ((i, data.train_batches.collate(i)) for i in batch_order(data))
         self.batches = prefetched(batches, cfg.trainer.prefetch)
+        self.host_check = checks_on_host(device)
 
     def window(self, steps: int) -> dict[str, float]:
         """Seconds, steps, target/source tokens and model FLOPs of the next `steps` steps."""
-        counts = {"tgt_tokens": 0, "src_tokens": 0, "flops": 0}
-        trainer = self.cfg.trainer
+        taken: list[list[int]] = []
+        seconds = timed(lambda: taken.extend(self.train(steps)), self.device)
+        return {"seconds": seconds, "steps": steps, **self.counts(taken)}
 
-        def run() -> None:
-            for batch in itertools.islice(self.batches, steps):
-                src_lens = (batch.src != PAD_ID).sum(1).tolist()
-                tgt_lens = (batch.tgt_out != PAD_ID).sum(1).tolist()
-                counts["src_tokens"] += sum(src_lens)
-                counts["tgt_tokens"] += sum(tgt_lens)
-                counts["flops"] += training_flops(self.shape, src_lens, tgt_lens)
-                t = self.training
-                batches, scale = [batch.to(self.device)], 1 / sum(tgt_lens)
-                clip, host_check = trainer.clip_grad_norm, checks_on_host(self.device)
-                train_step(t.loss_fn, batches, scale, t.optimizer, t.scheduler, clip, host_check)
+    def train(self, steps: int) -> list[list[int]]:
+        """The next `steps` updates as train() takes them, nothing else -> their batches' pairs.
+        On a GPU nothing here waits for the device (train_step keeps its checks there)."""
+        t, clip = self.training, self.cfg.trainer.clip_grad_norm
+        taken = []
+        for indices, batch in itertools.islice(self.batches, steps):
+            batches, scale = [batch.to(self.device)], 1 / batch.num_tgt_tokens
+            train_step(t.loss_fn, batches, scale, t.optimizer, t.scheduler, clip, self.host_check)
+            taken.append(indices)
+        return taken
 
-        return {"seconds": timed(run, self.device), "steps": steps, **counts}
+    def counts(self, batches: list[list[int]]) -> dict[str, int]:
+        """Source and target tokens and model FLOPs of these batches (index lists of pairs),
+        from the token counts on the host: + <eos> on the source, + <bos> / <eos> on the target."""
+        src_lens = [int(n) + 1 for indices in batches for n in self.src_lens[indices]]
+        tgt_lens = [int(n) + 1 for indices in batches for n in self.tgt_lens[indices]]
+        return {
+            "tgt_tokens": sum(tgt_lens),
+            "src_tokens": sum(src_lens),
+            "flops": training_flops(self.shape, src_lens, tgt_lens),
+        }
 
 
 def batch_order(data: RunData) -> Iterator[list[int]]:
@@ -258,18 +274,31 @@ def batch_order(data: RunData) -> Iterator[list[int]]:
         yield from data.train_batches.batches(epoch)
 
 
-def measure_training(runs: dict[str, TrainingRun], bench: DictConfig) -> dict[str, dict]:
+def warmup_steps(bench: DictConfig, device: torch.device) -> int:
+    """Training steps before the timed windows: `benchmark.warmup_steps`, on CUDA at least
+    CUDA_WARMUP_STEPS. There the first batch of each shape picks its kernels (cuBLAS heuristics,
+    modules loaded on first use) and grows the caching allocator; training pays that once per
+    shape, in its first epoch, so windows timed within the first epoch under-report it."""
+    if device.type == "cuda":
+        return max(bench.warmup_steps, CUDA_WARMUP_STEPS)
+    return bench.warmup_steps
+
+
+def measure_training(
+    runs: dict[str, TrainingRun], bench: DictConfig, device: torch.device
+) -> dict[str, dict]:
     """Per run: median steps/s, tokens/s and model FLOP/s over timed windows after warm-up.
 
     Several runs take turns window by window on the same batches, so they share the machine's
     noise; their ratios are what to quote."""
+    warmup = warmup_steps(bench, device)
     for run in runs.values():
-        run.window(bench.warmup_steps)
+        run.train(warmup)
     windows = {name: [] for name in runs}
     for _ in range(bench.windows):
         for name, run in runs.items():
             windows[name].append(run.window(bench.window_steps))
-    return {name: _rates(found) for name, found in windows.items()}
+    return {name: _rates(found) | {"warmup_steps": warmup} for name, found in windows.items()}
 
 
 def _rates(windows: list[dict[str, float]]) -> dict:
@@ -304,7 +333,7 @@ def measure_variants(cfg: DictConfig, data: RunData, device: torch.device) -> di
     for variant in configs.values():
         validate_config(variant)
     runs = {name: TrainingRun(variant, data, device) for name, variant in configs.items()}
-    rates = measure_training(runs, cfg.benchmark)
+    rates = measure_training(runs, cfg.benchmark, device)
     base, changes = (
         rates["config"]["tgt_tokens_per_s"],
         OmegaConf.to_container(cfg.benchmark.variants),
@@ -316,6 +345,38 @@ def measure_variants(cfg: DictConfig, data: RunData, device: torch.device) -> di
             "config_speedup": base / found["tgt_tokens_per_s"],
         }
         for name, found in rates.items()
+    }
+
+
+def study_validation() -> tuple[int, int]:
+    """The study's validation schedule (configs/experiment/study.yaml): every how many updates,
+    on how many val pairs."""
+    study = OmegaConf.load(STUDY_EXPERIMENT)
+    return study.trainer.val_every, study.data.max_val_pairs
+
+
+def measure_validation(
+    cfg: DictConfig, run: TrainingRun, translator: Translator, training: dict
+) -> dict[str, float]:
+    """Seconds of one validation as the study runs it (the loss, then greedy BLEU, on its val
+    pairs) and the updates/s of training with one every val_every updates. The loss is the
+    benchmarked model's (its cost does not depend on the weights), decoding the translator's
+    (benchmark.run's model when given: its output lengths are a trained model's)."""
+    every, pairs = study_validation()
+    data = prepare_data(with_changes(cfg, OmegaConf.create({"data.max_val_pairs": pairs})))
+    model, autocast = run.training.model, run.training.autocast
+
+    def validate() -> None:
+        validation_nll(model, data.val_batches, autocast)
+        score(translator, data.splits.val, beam=1, length_penalty=1.0)
+
+    validate()  # its shapes' first use, as in warmup_steps
+    seconds = timed(validate, run.device)
+    return {
+        "val_every": every,
+        "val_pairs": len(data.splits.val[0]),
+        "validation_seconds": seconds,
+        "updates_per_s": every / (every / training["steps_per_s"] + seconds),
     }
 
 
@@ -389,10 +450,12 @@ def benchmark(cfg: DictConfig, out_dir: Path, peers_dir: Path) -> dict:
     }
     data = prepare_data(cfg)
     run = TrainingRun(cfg, data, device)
-    training = measure_training({"config": run}, bench)["config"]
+    training = measure_training({"config": run}, bench, device)["config"]
     training["mfu"] = training["model_flops_per_s"] / roof[run.training.precision]
     synchronize(device)
     translator = decoding_translator(cfg, data, run.training.model, run.training.precision)
+    if device.type == "cuda":
+        training["with_validation"] = measure_validation(cfg, run, translator, training)
     report = {
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -438,6 +501,19 @@ def run_peer(script: Path, out_dir: Path, minutes: float) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
+def validation_rows(training: dict) -> list[tuple[str, str]]:
+    """The updates/s with the study's validation (measured on CUDA only) as table rows."""
+    if "with_validation" not in training:
+        return []
+    v = training["with_validation"]
+    return [
+        (
+            f"updates/s validating every {v['val_every']} ({v['val_pairs']} val pairs)",
+            f"{v['updates_per_s']:.2f} ({v['validation_seconds']:.1f} s per validation)",
+        )
+    ]
+
+
 def format_table(report: dict) -> str:
     """The report as aligned `name  value` lines."""
     t, d = report["training"], report["decoding"]
@@ -453,6 +529,7 @@ def format_table(report: dict) -> str:
             " / ".join(f"{flops / 1e9:,.0f}" for flops in roof.values()) + " GFLOP/s",
         ),
         ("training steps/s", f"{t['steps_per_s']:.2f}"),
+        *validation_rows(t),
         (
             "target / source tokens/s",
             f"{t['tgt_tokens_per_s']:,.0f} / {t['src_tokens_per_s']:,.0f}",

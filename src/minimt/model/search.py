@@ -1,6 +1,7 @@
 """Turning a trained Transformer into translations: batched greedy decoding and beam search."""
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,13 @@ from minimt.model.transformer import Transformer
 def max_output_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tensor:
     """(B,) source lengths -> (B,) long: min(floor(a * len + b), cap), counting <eos>."""
     return torch.floor(src_lengths.double() * a + b).long().clamp(max=cap)
+
+
+def output_length_bounds(width: int, a: float, b: int, cap: int) -> tuple[int, int]:
+    """The least and greatest max_output_lengths of any source in a batch padded to width,
+    from the host's own numbers (no length is read back from the device)."""
+    ends = [min(math.floor(length * a + b), cap) for length in (0, width)]
+    return min(ends), max(ends)
 
 
 def length_penalty_of(n: int, alpha: float) -> float:
@@ -34,12 +42,17 @@ class Hypothesis:
 class LiveRows:
     """The hypotheses still being extended, as one decoder batch: k rows (beams) for each of the
     B' unfinished sentences, N = B' * k. Finished sentences leave it (drop); use_cache=False
-    re-runs the decoder over the whole prefix at every step (the reference path)."""
+    re-runs the decoder over the whole prefix at every step (the reference path).
+
+    Nothing here reads a value back from the device: from the padded width the host knows the
+    first step at which a sentence may reach its maximum length (min_steps) and the most steps
+    any may take (max_steps); the decoders read which sentences are done once per step."""
 
     def __init__(
         self,
         model: Transformer,
         src: Tensor,
+        *,
         max_len_a: float,
         max_len_b: int,
         bos_id: int,
@@ -48,13 +61,15 @@ class LiveRows:
     ):
         """src (B, S) padded source; a sentence generates at most max_output_lengths tokens."""
         batch, device = src.size(0), src.device
+        cap = model.max_seq_len - 1
         src_lengths = (src != pad_id).sum(dim=1)  # (B,)
-        max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b, model.max_seq_len - 1)
+        self.max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b, cap)  # (B',)
+        self.min_steps, self.max_steps = output_length_bounds(
+            src.size(1), max_len_a, max_len_b, cap
+        )
         memory = model.encode(src)  # (B, S, d_model)
         self.model = model
-        self.max_steps = int(max_lens.max())
         self.sentence = torch.arange(batch, device=device)  # (B',) index of each live sentence
-        self.max_lens = max_lens  # (B',)
         self.k = 1
         self.ids = torch.full((batch, 1 + self.max_steps), pad_id, device=device)  # (N, 1 + T)
         self.ids[:, 0] = bos_id
@@ -72,16 +87,11 @@ class LiveRows:
             hidden = self.model.decode_step(newest, self.cache)  # (N, 1, d_model)
         return self.model.project(hidden)[:, -1]
 
-    def generated(self, rows: Tensor) -> list[list[int]]:
-        """The tokens generated so far by rows (R,), without <bos>."""
-        return self.ids[rows, 1 : self.length].tolist()
-
     def append(self, tokens: Tensor, parent_beams: Tensor | None = None) -> None:
         """Extends every row by tokens (B', k'); with parent_beams (B', k') row (b, j) first
         becomes a copy of its sentence's row parent_beams[b, j] (beam reordering), k' of them."""
         if parent_beams is not None:
-            first_row = torch.arange(parent_beams.size(0), device=self.ids.device) * self.k
-            parents = (first_row[:, None] + parent_beams).view(-1)  # (B' * k',)
+            parents = self.rows_of(parent_beams).view(-1)  # (B' * k',)
             self.ids = self.ids.index_select(0, parents)
             if self.cache is not None:
                 self.cache.reorder_beams(parents)
@@ -89,9 +99,15 @@ class LiveRows:
         self.ids[:, self.length] = tokens.view(-1)
         self.length += 1
 
-    def drop(self, done: Tensor) -> Tensor:
-        """Removes the sentences where done (B',) is True -> keep (B'',) indices of the others."""
-        keep = (~done).nonzero()[:, 0]
+    def rows_of(self, beams: Tensor) -> Tensor:
+        """beams (B', m) of each live sentence (0..k-1) -> (B', m) their rows (0..N-1)."""
+        first_row = torch.arange(beams.size(0), device=beams.device) * self.k
+        return first_row[:, None] + beams
+
+    def drop(self, done: Tensor, n_live: int) -> Tensor:
+        """Removes the sentences where done (B',) is True, n_live staying -> keep (n_live,)
+        indices of the others, in order. The caller read done, so no size is read back here."""
+        keep = done.to(torch.uint8).argsort(stable=True)[:n_live]  # the False ones, in order
         self.ids = self.ids.index_select(0, DecoderCache.sentence_rows(keep, self.k))
         if self.cache is not None:
             self.cache.reorder(keep)
@@ -99,6 +115,70 @@ class LiveRows:
             self.encoded = tuple(t.index_select(0, keep) for t in self.encoded)
         self.sentence, self.max_lens = self.sentence[keep], self.max_lens[keep]
         return keep
+
+
+class FinishedHypotheses:
+    """Beam search's finished hypotheses, kept on the device until the search ends: per sentence
+    up to `slots` of them in the order found, each its tokens, their number, its summed
+    log-probability and whether it ended with <eos>. One transfer brings them to the host."""
+
+    def __init__(self, batch: int, slots: int, max_len: int, device: torch.device):
+        # Slot `slots` of each sentence takes the writes of the candidates that did not finish.
+        self.trash = slots
+        self.tokens = torch.zeros(batch, slots + 1, max_len, dtype=torch.long, device=device)
+        self.length = torch.full((batch, slots + 1), -1, device=device)  # -1: empty slot
+        self.log_prob = torch.zeros(batch, slots + 1, device=device)
+        self.eos = torch.zeros(batch, slots + 1, dtype=torch.bool, device=device)
+        self.count = torch.zeros(batch, dtype=torch.long, device=device)  # (B',) slots filled
+
+    def keep(self, keep: Tensor) -> None:
+        """The live sentences are now keep (B'',) of the B' before (LiveRows.drop)."""
+        self.count = self.count[keep]
+
+    def add(
+        self,
+        rows: LiveRows,
+        where: Tensor,
+        parent_beams: Tensor,
+        log_probs: Tensor,
+        *,
+        with_eos: bool,
+    ) -> None:
+        """Finishes a hypothesis for each (b, j) where `where` (B', m) is True: live sentence b's
+        row parent_beams[b, j] as generated so far, summed log-probability log_probs[b, j];
+        with_eos when it ended with <eos>, which then counts in the length penalty."""
+        slot = self.count[:, None] + where.long().cumsum(dim=1) - 1  # (B', m)
+        slot = torch.where(where, slot, self.trash)
+        sentence = rows.sentence[:, None].expand_as(slot)  # (B', m)
+        n = rows.length - 1  # tokens generated so far
+        self.tokens[sentence, slot, :n] = rows.ids[rows.rows_of(parent_beams), 1 : rows.length]
+        self.length[sentence, slot] = n
+        self.log_prob[sentence, slot] = log_probs
+        self.eos[sentence, slot] = with_eos
+        self.count += where.sum(dim=1)
+
+    def best(self, n_best: int, alpha: float) -> list[list[Hypothesis]]:
+        """Each sentence's n_best hypotheses, best first by log_prob / length_penalty_of(n,
+        alpha), n counting <eos> when it ended with one; ties stay in the order found."""
+        # float64 holds the ids, the lengths and the float32 log-probabilities exactly.
+        columns = (self.log_prob, self.length, self.eos)
+        found = torch.cat([*(c[..., None].double() for c in columns), self.tokens.double()], -1)
+        return [
+            sorted(self._hypotheses(slots, alpha), key=lambda h: h.score, reverse=True)[:n_best]
+            for slots in found[:, : self.trash].tolist()  # the one host read
+        ]
+
+    @staticmethod
+    def _hypotheses(slots: list[list[float]], alpha: float) -> list[Hypothesis]:
+        """One sentence's filled slots, each [log_prob, length, eos, *tokens], as hypotheses."""
+        found = []
+        for log_prob, length, eos, *tokens in slots:
+            if length < 0:
+                break
+            n = int(length)
+            penalty = length_penalty_of(n + int(eos), alpha)
+            found.append(Hypothesis([int(t) for t in tokens[:n]], log_prob / penalty, log_prob))
+        return found
 
 
 @torch.no_grad()
@@ -115,23 +195,36 @@ def greedy_decode(
 ) -> list[list[int]]:
     """Batched greedy decoding: (B, S) padded source -> per sentence its ids, <bos>/<eos> stripped.
     Each sentence may emit at most max_output_lengths(len, max_len_a, max_len_b) tokens, capped so
-    that <bos> + output fits in model.max_seq_len; dropout is the caller's business (model.eval)."""
-    rows = LiveRows(model, src, max_len_a, max_len_b, bos_id, pad_id, use_cache)
-    outputs = torch.full((src.size(0), rows.max_steps), pad_id, device=src.device)  # (B, T)
-    out_lengths = torch.zeros_like(rows.max_lens)  # (B,) tokens kept, <eos> excluded
-    is_eos = torch.zeros_like(rows.max_lens, dtype=torch.bool)  # (B',)
+    that <bos> + output fits in model.max_seq_len; dropout is the caller's business (model.eval).
+    The host reads the device once per step: that step's tokens and which sentences are done."""
+    rows = LiveRows(
+        model,
+        src,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        bos_id=bos_id,
+        pad_id=pad_id,
+        use_cache=use_cache,
+    )
+    outputs: list[list[int]] = [[] for _ in range(src.size(0))]
+    live = list(range(src.size(0)))  # the sentence of each row
+    done = rows.max_lens <= 0  # (B',)
+    flags = done.tolist() if rows.min_steps <= 0 else [False] * len(live)
     for step in itertools.count():  # every sentence is done at its maximum length at the latest
-        done = is_eos | (step >= rows.max_lens)  # (B',)
-        if done.any():
-            if done.all():
-                break
-            rows.drop(done)
+        n_live = len(flags) - sum(flags)
+        if n_live == 0:
+            break
+        if n_live < len(live):
+            live = [sentence for sentence, d in zip(live, flags, strict=True) if not d]
+            rows.drop(done, n_live)
         next_token = rows.logits().argmax(dim=-1)  # (B',)
         rows.append(next_token[:, None])
-        outputs[rows.sentence, step] = next_token
-        is_eos = next_token == eos_id
-        out_lengths[rows.sentence] = step + 1 - is_eos.long()
-    return [row[:n] for row, n in zip(outputs.tolist(), out_lengths.tolist(), strict=True)]
+        done = (next_token == eos_id) | (step + 1 >= rows.max_lens)
+        tokens, flags = torch.stack([next_token, done.long()]).tolist()
+        for sentence, token in zip(live, tokens, strict=True):
+            if token != eos_id:
+                outputs[sentence].append(token)
+    return outputs
 
 
 @torch.no_grad()
@@ -157,28 +250,45 @@ def beam_search(
     done with beam finished hypotheses or at its maximum length (a live one that might still score
     better after length normalisation is not waited for). Finished ones are ranked by
     log_prob / length_penalty_of(n, length_penalty). With beam=1 this is exactly greedy_decode.
+    The host reads the device at most once per step (how many sentences are done), and once at
+    the end (the finished hypotheses).
     """
     if beam < 1 or not 1 <= n_best <= beam:
         raise ValueError(f"need beam >= 1 and 1 <= n_best <= beam, got beam={beam}, {n_best=}")
     if model.output_matrix.size(0) < 2 * beam:
         raise ValueError(f"beam={beam} needs a target vocabulary of at least {2 * beam} tokens")
     batch, device = src.size(0), src.device
-    rows = LiveRows(model, src, max_len_a, max_len_b, bos_id, pad_id, use_cache)
+    rows = LiveRows(
+        model,
+        src,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        bos_id=bos_id,
+        pad_id=pad_id,
+        use_cache=use_cache,
+    )
     log_probs = torch.zeros(batch, 1, device=device)  # (B', k): <bos> alone at first
     n_finished = torch.zeros_like(rows.max_lens)  # (B',) hypotheses ended with <eos>
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    # A live sentence holds at most 2 * beam - 1 of those, then up to beam cut at its maximum.
+    finished = FinishedHypotheses(batch, 3 * beam, rows.max_steps, device)
+    most_finished = 0  # the host's bound on any sentence's n_finished
     for step in itertools.count():  # every sentence is done at its maximum length at the latest
-        at_max = step >= rows.max_lens  # (B',)
-        if at_max.any():
+        may_reach_max = step >= rows.min_steps
+        done = n_finished >= beam  # (B',)
+        if may_reach_max:
+            at_max = step >= rows.max_lens  # (B',)
             cut = at_max[:, None] & (log_probs != float("-inf"))  # (B', k)
             beams = torch.arange(rows.k, device=device).expand_as(cut)
-            set_aside(finished, rows, cut, beams, log_probs, False, length_penalty)
-        done = at_max | (n_finished >= beam)
-        if done.any():
-            if done.all():
+            finished.add(rows, cut, beams, log_probs, with_eos=False)
+            done |= at_max
+        if may_reach_max or most_finished >= beam:  # else no sentence can be done yet
+            n_live = done.size(0) - int(done.sum())  # the step's host read
+            if n_live == 0:
                 break
-            keep = rows.drop(done)
-            log_probs, n_finished = log_probs[keep], n_finished[keep]
+            if n_live < done.size(0):
+                keep = rows.drop(done, n_live)
+                log_probs, n_finished = log_probs[keep], n_finished[keep]
+                finished.keep(keep)
         step_log_probs = F.log_softmax(rows.logits().float(), dim=-1)  # (N, V)
         cand_log_probs, cand_beam, cand_token = best_extensions(log_probs, step_log_probs, beam)
         cand_is_eos = cand_token == eos_id
@@ -187,12 +297,12 @@ def beam_search(
         live = cand_is_eos.sort(dim=1, stable=True).indices[:, :beam]  # (B', beam)
         # > -inf is isfinite here: log-probabilities are never +inf, and NaN compares False
         ending = cand_is_eos[:, :beam] & (cand_log_probs[:, :beam] > float("-inf"))  # (B', beam)
-        if ending.any():
-            set_aside(finished, rows, ending, cand_beam, cand_log_probs, True, length_penalty)
-            n_finished += ending.sum(dim=1)
+        finished.add(rows, ending, cand_beam[:, :beam], cand_log_probs[:, :beam], with_eos=True)
+        n_finished += ending.sum(dim=1)
+        most_finished += min(rows.k, beam)  # each row ends at most one of the first beam
         rows.append(cand_token.gather(1, live), parent_beams=cand_beam.gather(1, live))
         log_probs = cand_log_probs.gather(1, live)  # (B', beam)
-    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best] for hyps in finished]
+    return finished.best(n_best, length_penalty)
 
 
 def best_extensions(
@@ -205,23 +315,3 @@ def best_extensions(
     totals = (log_probs.view(-1, 1) + step_log_probs).view(log_probs.size(0), -1)  # (B', k * V)
     cand_log_probs, cand = totals.topk(2 * beam, dim=1)
     return cand_log_probs, cand // vocab, cand % vocab
-
-
-def set_aside(
-    finished: list[list[Hypothesis]],
-    rows: LiveRows,
-    where: Tensor,
-    parent_beams: Tensor,
-    log_probs: Tensor,
-    with_eos: bool,
-    alpha: float,
-) -> None:
-    """Finishes a hypothesis for each (b, j) where `where` (B', k) is True: live sentence b's
-    row parent_beams[b, j] as generated so far, summed log-probability log_probs[b, j]; with_eos
-    when it ended with <eos>, which then counts in the length penalty."""
-    b, j = where.nonzero().unbind(1)  # row-major: sentence by sentence, best first
-    tokens = rows.generated(b * rows.k + parent_beams[b, j])
-    sentences, lps = rows.sentence[b].tolist(), log_probs[b, j].tolist()
-    for sentence, ids, lp in zip(sentences, tokens, lps, strict=True):
-        n = len(ids) + 1 if with_eos else len(ids)
-        finished[sentence].append(Hypothesis(ids, lp / length_penalty_of(n, alpha), lp))
