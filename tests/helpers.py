@@ -98,6 +98,27 @@ def tiny_run_overrides(multi30k_dir, data_dir, *extra: str) -> list[str]:
     ]
 
 
+def model_arguments(**overrides) -> dict:
+    """Transformer keyword arguments beside the sizes, as the default config sets them but untied
+    source and target tables; `pos_encoding` sets both sides' encoding."""
+    args = dict(
+        dropout=0.1,
+        attention_dropout=0.0,
+        pad_id=0,
+        norm_first=True,
+        tie_output=True,
+        src_pos_encoding="sinusoidal",
+        tgt_pos_encoding="sinusoidal",
+        scale_embedding=True,
+        share_embeddings=False,
+        init_std=None,
+    )
+    both = overrides.pop("pos_encoding", None)
+    if both is not None:
+        args |= {"src_pos_encoding": both, "tgt_pos_encoding": both}
+    return args | overrides
+
+
 def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> Transformer:
     """A seeded Transformer small enough for unit tests (d_model 16, 2+2 layers, no dropout)."""
     torch.manual_seed(seed)
@@ -112,7 +133,7 @@ def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> Transformer
         pad_id=0,
         share_embeddings=True,
     )
-    return Transformer(vocab_size, vocab_size, **(args | overrides))
+    return Transformer(vocab_size, vocab_size, **model_arguments(**(args | overrides)))
 
 
 def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:

@@ -1,85 +1,55 @@
-"""An encoding defined outside the package, of each kind (adds to the input, rotates queries and
-keys, biases attention logits), is one class and one registry entry: it trains through the real
-loop and shows in the TensorBoard views."""
+"""An encoding written outside the package (tests/plugins/my_encodings.py, one of each kind:
+adds to the input, rotates queries and keys, biases attention logits) is chosen by its import
+path: its options are checked against its signature, it trains through the real loop and shows
+in the TensorBoard views; every encoding keeps its tensors on the model's device."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from torch import Tensor
 
-from minimt.config import ConfigError, validate_config
-from minimt.model.embedding import POSITIONAL_ENCODINGS, PositionalEncoding
+from minimt.config import ConfigError, build_model, validate_config
+from minimt.model.positions import BUILT_IN_ENCODINGS, EncodingChoice, PositionalEncoding
 from minimt.study.views import study_hooks
 from minimt.train.loop import train
 from tests.helpers import compose_config, tiny_run_overrides, tiny_transformer
 
-
-class BinaryPositions(PositionalEncoding):
-    """Adds each position's binary digits as +-scale in the first log2(max_seq_len) dimensions."""
-
-    def __init__(self, max_seq_len: int, d_model: int, n_heads: int = 1, scale: float = 0.5):
-        super().__init__(max_seq_len, d_model, n_heads)
-        bits = min(d_model, math.ceil(math.log2(max_seq_len)))
-        digits = (torch.arange(max_seq_len)[:, None] >> torch.arange(bits)) & 1  # (L, bits)
-        table = torch.zeros(max_seq_len, d_model)
-        table[:, :bits] = scale * (2.0 * digits - 1)
-        self.register_buffer("table", table, persistent=False)
-
-    def add(self, x: Tensor, offset: int) -> Tensor:
-        return x + self.table[offset : offset + x.size(1)]
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+KINDS = {  # what each outside class overrides
+    "my_encodings.BinaryPositions": "add",
+    "my_encodings.ReversedRotary": "rotate",
+    "my_encodings.DistancePenalty": "bias",
+}
 
 
-class ReversedRotary(PositionalEncoding):
-    """Turns each query and key by minus its position (radians) in every pair of dimensions."""
-
-    def rotate(self, x: Tensor, offset: int) -> Tensor:
-        angle = -torch.arange(offset, offset + x.size(-2), dtype=x.dtype)[:, None]  # (L, 1)
-        x1, x2 = x.chunk(2, dim=-1)
-        cos, sin = angle.cos(), angle.sin()
-        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
-    @staticmethod
-    def problem(d_model: int, n_heads: int) -> str | None:
-        return "needs an even head size" if (d_model // n_heads) % 2 else None
+@pytest.fixture(autouse=True)
+def plugins_on_the_path(monkeypatch):
+    """tests/plugins on sys.path, as PYTHONPATH=tests/plugins puts it for the scripts."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
 
 
-class DistancePenalty(PositionalEncoding):
-    """Biases every head's logits by -|i - j| / 4 (and hides later keys when causal)."""
-
-    def bias(self, n_queries: int, n_keys: int, offset: int = 0, causal: bool = False) -> Tensor:
-        query = torch.arange(offset, offset + n_queries)[:, None]
-        distance = (query - torch.arange(n_keys)).float()  # (T, S)
-        bias = (-distance.abs() / 4)[None]  # (1, T, S): one row for every head
-        return bias.masked_fill(distance < 0, -math.inf) if causal else bias
+def chosen(path: str, *extra: str) -> tuple[str, ...]:
+    return ("pe=none", f"pe.encoder={path}", f"pe.decoder={path}", *extra)
 
 
-KINDS = {"binary": BinaryPositions, "reversed": ReversedRotary, "penalty": DistancePenalty}
-
-
-@pytest.fixture(params=sorted(KINDS))
-def registered(request, monkeypatch) -> str:
-    monkeypatch.setitem(POSITIONAL_ENCODINGS, request.param, KINDS[request.param])
-    return request.param
-
-
-def test_the_model_asks_the_encoding_what_it_does(registered):
-    model = tiny_transformer(50, pos_encoding=registered)
+@pytest.mark.parametrize("path", sorted(KINDS))
+def test_the_model_asks_the_encoding_what_it_does(path):
+    model = tiny_transformer(50, pos_encoding=path)
     encoding = model.embedding.src_positions
-    assert type(encoding) is KINDS[registered]
-    assert (model.encoder_layers[0].self_attn.rotary is encoding) == (registered == "reversed")
-    assert (model.encoder_bias is encoding) == (registered == "penalty")
+    assert f"{type(encoding).__module__}.{type(encoding).__name__}" == path
+    assert (model.encoder_layers[0].self_attn.rotary is encoding) == (KINDS[path] == "rotate")
+    assert (model.encoder_bias is encoding) == (KINDS[path] == "bias")
     src = torch.randint(1, 50, (2, 7))
     assert torch.isfinite(model(src, src)).all()
 
 
-def test_an_outside_encoding_trains_and_shows_in_the_views(registered, multi30k_dir, tmp_path):
+@pytest.mark.parametrize("path", sorted(KINDS))
+def test_an_outside_encoding_trains_and_shows_in_the_views(path, multi30k_dir, tmp_path):
     cfg = compose_config(
         *tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=6"),
-        "pe=none",
-        f"pe.encoder={registered}",
-        f"pe.decoder={registered}",
+        *chosen(path),
         "trainer.val_every=3",
         "views=true",
     )
@@ -88,16 +58,81 @@ def test_an_outside_encoding_trains_and_shows_in_the_views(registered, multi30k_
     events = EventAccumulator(str(tmp_path / "run"))
     events.Reload()
     images = set(events.Tags()["images"])
-    adds = registered == "binary"
+    adds = KINDS[path] == "add"
     assert ("positions/table" in images) == adds
     assert any(tag.startswith("cross_attention/") for tag in images)
     magnitudes = metrics["input_magnitudes"]["best"]["src"]
     assert (magnitudes["ratio"] is not None) == adds
 
 
-def test_an_outside_encoding_s_own_check_names_the_keys(monkeypatch):
-    monkeypatch.setitem(POSITIONAL_ENCODINGS, "reversed", ReversedRotary)
-    overrides = ("pe=none", "pe.encoder=reversed", "pe.decoder=reversed", "model.d_model=12")
-    overrides += ("model.n_heads=4",)
-    with pytest.raises(ConfigError, match=r"pe=reversed \(pe.encoder, pe.decoder\) needs an even"):
+def config_error(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as raised:
         validate_config(compose_config(*overrides))
+    return str(raised.value)
+
+
+def test_an_outside_encoding_s_own_check_names_the_keys():
+    message = config_error(
+        *chosen("my_encodings.ReversedRotary"), "model.d_model=12", "model.n_heads=4"
+    )
+    assert "pe=my_encodings.ReversedRotary (pe.encoder, pe.decoder) needs an even" in message
+
+
+def test_a_misspelt_option_names_the_key_the_class_and_its_options():
+    message = config_error(*chosen("my_encodings.DistancePenalty"), "+pe.slop=0.5")
+    assert "pe.slop is not an option of my_encodings.DistancePenalty (options: slope)" in message
+    message = config_error("pe=learned", "+pe.scale=3.0")
+    assert "pe.scale is not an option of minimt.model.positions.LearnedPositions" in message
+
+
+def test_a_value_of_the_wrong_type_or_refused_by_the_class_names_the_key():
+    message = config_error(*chosen("my_encodings.BinaryPositions"), "+pe.scale=big")
+    assert "pe.scale='big' must be a number for my_encodings.BinaryPositions" in message
+    message = config_error(*chosen("my_encodings.BinaryPositions"), "+pe.scale=-1")
+    assert "pe.scale=-1" in message and "scale must be positive, got -1" in message
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("my_encodings.NotAnEncoding", "is not a subclass of minimt.model.positions"),
+        ("my_encodings.Missing", "my_encodings has no Missing"),
+        ("nowhere_to_be_found.Encoding", "cannot import nowhere_to_be_found"),
+        ("rotary", "'rotary' is neither a built-in encoding"),
+    ],
+)
+def test_a_class_that_cannot_serve_is_refused_naming_pe_encoder(path, said):
+    message = config_error(f"pe.encoder={path}")
+    assert f"pe.encoder='{path}'" in message and said in message
+
+
+def test_each_side_takes_its_own_options_and_equal_sides_share_one_module():
+    cfg = compose_config("pe=learned", "+pe.decoder_options.init_std=0.02", "model.d_model=64")
+    validate_config(cfg)
+    torch.manual_seed(0)
+    embedding = build_model(cfg, 300, 300).embedding
+    assert embedding.src_positions.table.weight.std().item() == pytest.approx(0.7071, rel=0.05)
+    assert embedding.tgt_positions.table.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    shared = build_model(compose_config("pe=learned", "model.d_model=64"), 300, 300).embedding
+    assert "positions.table.weight" in shared.state_dict()
+    assert shared.src_positions is shared.tgt_positions
+    message = config_error("pe=learned", "+pe.encoder_options.slope=1.0")
+    assert "pe.encoder_options.slope=1.0 is not an option of" in message
+
+
+ALL_ENCODINGS = sorted(BUILT_IN_ENCODINGS) + sorted(KINDS)
+
+
+@pytest.mark.parametrize("name", ALL_ENCODINGS)
+def test_every_encoding_makes_its_tensors_on_the_device_of_its_inputs(name):
+    """Built on the CPU, moved to the meta device, called with meta inputs: a tensor made
+    without the device it was given (or its input's) would be a CPU tensor, and fail here."""
+    encoding = EncodingChoice(name).build(16, 8, 2).to("meta")
+    assert isinstance(encoding, PositionalEncoding)
+    x = torch.empty(2, 5, 8, device="meta")
+    assert encoding.add(x, 3).device.type == "meta"
+    heads = torch.empty(2, 2, 5, 4, device="meta")
+    assert encoding.rotate(heads, 3).device.type == "meta"
+    for causal in (False, True):
+        bias = encoding.bias(5, 8, 3, causal, device=torch.device("meta"))
+        assert bias is None or (bias.device.type == "meta" and bias.dtype == torch.float32)

@@ -8,6 +8,7 @@ from minimt.data.batching import source_tensor
 from minimt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from minimt.model.search import beam_search, greedy_decode, max_output_lengths
 from minimt.model.transformer import Transformer
+from tests.helpers import model_arguments
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 20
@@ -25,10 +26,10 @@ def make_model(
         n_encoder_layers=n_layers,
         n_decoder_layers=n_layers,
         d_ff=2 * d_model,
-        dropout=0.0,
         max_seq_len=max_seq_len,
-        pad_id=PAD,
-        **({"share_embeddings": True} | overrides),
+        **model_arguments(
+            **({"dropout": 0.0, "pad_id": PAD, "share_embeddings": True} | overrides)
+        ),
     ).eval()
 
 

@@ -3,15 +3,15 @@ embedding.init_std): their rules, and the model build_model makes of them."""
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from minimt.checkpoint import config_mismatches
 from minimt.config import (
-    RESUME_KEYS,
     ConfigError,
     build_model,
+    resume_mismatches,
     validate_config,
 )
-from minimt.model.embedding import (
+from minimt.model.positions import (
     AlibiBias,
     LearnedPositions,
     NoPositions,
@@ -176,6 +176,12 @@ def test_positional_options_reach_only_the_side_with_the_chosen_encoding():
 
 
 def test_a_positional_option_is_a_setting_a_resumed_run_must_keep():
-    saved = compose_config("pe=learned")
-    assert "pe.init_std" in RESUME_KEYS and "pe.scale" in RESUME_KEYS
-    assert config_mismatches(saved, compose_config("pe=learned", "pe.init_std=0.1"), RESUME_KEYS)
+    saved = OmegaConf.to_container(compose_config("pe=learned"))
+    assert resume_mismatches(saved, compose_config("pe=learned", "pe.init_std=0.1")) == [
+        "pe.init_std: checkpoint 0.7071, config 0.1"
+    ]
+    own = compose_config("pe=learned", "+pe.decoder_options.init_std=0.02")
+    assert resume_mismatches(saved, own) == [
+        "pe.decoder_options.init_std: checkpoint None, config 0.02"
+    ]
+    assert resume_mismatches(saved, compose_config("pe=learned")) == []

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minimt.model.embedding import AlibiBias, alibi_slopes
+from minimt.model.positions import AlibiBias, alibi_slopes
 from minimt.model.transformer import (
     DecoderLayer,
     EncoderLayer,
@@ -12,7 +12,7 @@ from minimt.model.transformer import (
     attention,
     padding_mask,
 )
-from tests.helpers import causal_mask, tiny_transformer
+from tests.helpers import causal_mask, model_arguments, tiny_transformer
 
 PAD = 0
 VOCAB = 24
@@ -506,7 +506,7 @@ def test_untied_output_matrix_is_the_projection_with_fairseq_s_init():
         n_decoder_layers=1,
         d_ff=8,
         max_seq_len=8,
-        tie_output=False,
+        **model_arguments(tie_output=False),
     )
     assert model.output_weight.shape == (2000, 64)
     assert model.output_weight.std().item() == pytest.approx(64**-0.5, rel=0.03)

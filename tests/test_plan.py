@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from minimt.config import build_model
-from minimt.study.questions import PLAN, answer_questions
+from minimt.study.questions import OTHER_ARMS, PLAN, answer_questions
 from minimt.study.runs import Run, init_ratio
 from minimt.study.significance import Rules, holm, paired_difference
 from tests.helpers import compose_config
@@ -187,3 +187,24 @@ def test_runs_recorded_before_provenance_are_named_by_the_studys_account():
     assert run("full_sinusoidal", 6, 39).machine == "Intel Xeon (family 6, model 207)"
     assert run("unscaled_small_sinusoidal", 1, 39).machine.startswith("Intel Xeon")
     assert run("share_none", 1, 39, experiment="study").machine == "unrecorded"  # device "cpu"
+
+
+def test_an_arm_no_question_covers_gets_an_exploratory_verdict_against_the_reference():
+    def user_arm(seed: int, bleu: float) -> Run:
+        r = run("full_sinusoidal", seed, bleu, experiment="smoke")
+        r.metrics["choices"] = {"experiment": "smoke", "arm": "my_t5"}
+        return r
+
+    seeds = range(1, 6)
+    runs = [run("full_sinusoidal", s, 30 + 0.1 * s, experiment="smoke") for s in seeds]
+    runs += [user_arm(s, 31 + 0.12 * s) for s in seeds]
+    (other,) = [a for a in answers_of(runs) if a.family.question == OTHER_ARMS]
+    (comparison,) = other.comparisons
+    assert comparison.test.describe() == "my_t5 vs full_sinusoidal"
+    assert other.exploratory and other.complete and other.size == 1
+    assert comparison.difference.mean == pytest.approx(1 + 0.02 * 3)
+    record = other.record(comparison)
+    assert record["verdict"] == "better" and record["exploratory"]
+    assert record["seeds_for_difference"] is not None and record["tost_holm_p"] is not None
+    declared = [run("full_learned", s, 29, experiment="smoke") for s in seeds]
+    assert not [a for a in answers_of(runs[:5] + declared) if a.family.question == OTHER_ARMS]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
+import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from minimt.checkpoint import config_mismatches, run_dir_of
 from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
 from minimt.errors import MinimtError
-from minimt.model.embedding import POSITIONAL_ENCODINGS
+from minimt.model.positions import EncodingChoice, EncodingError, accepted_options, class_path
 from minimt.model.transformer import Transformer
 
 # What a checkpoint's weights depend on: a model built with other values cannot load them.
@@ -23,8 +24,6 @@ ARCHITECTURE_KEYS = (
     "model.d_ff",
     "model.max_seq_len",
     "model.norm_first",
-    "pe.encoder",
-    "pe.decoder",
     "embedding.scale",
     "embedding.share",
     "tokenizer.vocab_size",
@@ -32,12 +31,11 @@ ARCHITECTURE_KEYS = (
 )
 
 
-# Settings a resumed run must share with its checkpoint: the weights, the data and its order.
+# Settings a resumed run must share with its checkpoint: the weights, the data and its order
+# (and every key of the `pe` section, whatever the encoding's options: resume_mismatches).
 RESUME_KEYS = (
     *ARCHITECTURE_KEYS,
     "embedding.init_std",
-    "pe.init_std",
-    "pe.scale",
     "data.name",
     "data.src_lang",
     "data.tgt_lang",
@@ -56,7 +54,9 @@ class ConfigError(MinimtError, ValueError):
 
 
 Rule = Callable[[object], str | None]
-PE_CHOICES = ("encoder", "decoder")  # the pe section's other keys are its classes' options
+# The pe section: each side's encoding, each side's own options; its other keys are options of
+# both sides' classes, each given to the sides whose class takes it.
+SIDES = {"encoder": "encoder_options", "decoder": "decoder_options"}
 
 
 def one_of(choices: Collection[str]) -> Rule:
@@ -139,10 +139,6 @@ def subsample_size(v: object) -> str | None:
 RULES: dict[str, Rule] = {
     "resume": lambda v: None if v is None or path(v) is None else "must be a path or null",
     "views": boolean,
-    "pe.encoder": one_of(POSITIONAL_ENCODINGS),
-    "pe.decoder": one_of(POSITIONAL_ENCODINGS),
-    "pe.init_std": optional_positive_number,
-    "pe.scale": optional_positive_number,
     "embedding.scale": boolean,
     "embedding.share": share_level,
     "embedding.init_std": optional_positive_number,
@@ -235,16 +231,7 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
     if d_model % n_heads:
         problems.append(f"model.d_model={d_model} must be divisible by model.n_heads={n_heads}")
     else:
-        sides: dict[str, list[str]] = {}
-        for key in ("pe.encoder", "pe.decoder"):
-            sides.setdefault(OmegaConf.select(cfg, key), []).append(key)
-        for name, keys in sides.items():
-            problem = POSITIONAL_ENCODINGS[name].problem(d_model, n_heads)
-            if problem:
-                problems.append(
-                    f"pe={name} ({', '.join(keys)}) {problem}: model.d_model / model.n_heads = "
-                    f"{d_model} / {n_heads}"
-                )
+        problems += encoding_problems(cfg)
     if cfg.data.max_train_len + 1 > cfg.model.max_seq_len:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
@@ -272,24 +259,123 @@ def register_resolvers() -> None:
 
 
 def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
-    """The RESUME_KEYS whose values differ between a saved config and cfg."""
-    return config_mismatches(OmegaConf.create(saved), cfg, RESUME_KEYS)
+    """The RESUME_KEYS and keys of the `pe` section whose values differ between a saved config
+    and cfg."""
+    saved_cfg = OmegaConf.create(saved)
+    pe_keys = dict.fromkeys(leaf_keys(saved_cfg.get("pe"), "pe") + leaf_keys(cfg.get("pe"), "pe"))
+    return config_mismatches(saved_cfg, cfg, (*RESUME_KEYS, *pe_keys))
+
+
+def leaf_keys(node: object, prefix: str) -> list[str]:
+    """The dotted keys of every leaf under `node` (a config section), `prefix` first."""
+    if not isinstance(node, DictConfig):
+        return [prefix] if node is not None else []
+    return [key for name in node for key in leaf_keys(node.get(name), f"{prefix}.{name}")]
+
+
+def encoding_choices(pe: DictConfig) -> tuple[EncodingChoice, EncodingChoice]:
+    """The encoder's and the decoder's encoding as the `pe` section chooses them; a ConfigError
+    naming the key where a class cannot be found or does not take an option."""
+    problems, choices = side_choices(pe)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return choices["encoder"], choices["decoder"]
+
+
+def side_choices(pe: DictConfig) -> tuple[list[str], dict[str, EncodingChoice]]:
+    """Each side's EncodingChoice (sides whose class cannot be found are left out) and the
+    problems found: a class that cannot be imported, an option no side's class takes (or its own
+    side's, in pe.encoder_options / pe.decoder_options), a value of the wrong type."""
+    shared = {k: v for k, v in pe.items() if k not in SIDES and k not in SIDES.values()}
+    problems, classes, choices = [], {}, {}
+    for side in SIDES:
+        name = pe.get(side)
+        if not isinstance(name, str) or not name:
+            problems.append(f"pe.{side}={name!r} must name an encoding: a built-in or module.Class")
+            continue
+        try:
+            classes[side] = EncodingChoice(name).cls
+        except EncodingError as error:
+            problems.append(f"pe.{side}={name!r}: {error}")
+    for side, cls in classes.items():
+        takes = accepted_options(cls)
+        options = {k: v for k, v in shared.items() if k in takes}
+        options |= OmegaConf.to_container(pe.get(SIDES[side]) or OmegaConf.create({}))
+        choices[side] = EncodingChoice.of(pe[side], options)
+        for key, why in choices[side].option_problems():
+            problems.append(f"{option_key(pe, side, key)}={options[key]!r} {why} {allowed(cls)}")
+    if len(classes) == len(SIDES):
+        described = " or ".join(allowed(c) for c in dict.fromkeys(classes.values()))
+        for key, value in shared.items():
+            if value is not None and not any(key in accepted_options(c) for c in classes.values()):
+                problems.append(f"pe.{key} is not an option of {described}")
+    return problems, choices
+
+
+def option_key(pe: DictConfig, side: str, option: str) -> str:
+    """The config key that gave `side` its `option`: its own pe.<side>_options.KEY, or pe.KEY."""
+    own = pe.get(SIDES[side]) or {}
+    return f"pe.{SIDES[side]}.{option}" if option in own else f"pe.{option}"
+
+
+def allowed(cls: type) -> str:
+    """`module.Class (options: a, b)` or `module.Class (no options)`."""
+    names = ", ".join(accepted_options(cls))
+    return f"{class_path(cls)} ({f'options: {names}' if names else 'no options'})"
+
+
+def encoding_problems(cfg: DictConfig) -> list[str]:
+    """What stops each side's encoding from serving this model: the section's own problems
+    (side_choices), then the class's `problem(d_model, n_heads)` and any exception its
+    constructor raises, built on the meta device without touching the random streams."""
+    problems, choices = side_choices(cfg.pe)
+    if problems:
+        return problems
+    sizes = cfg.model.max_seq_len, cfg.model.d_model, cfg.model.n_heads
+    sides: dict[EncodingChoice, list[str]] = {}
+    for side, choice in choices.items():
+        sides.setdefault(choice, []).append(side)
+    for choice, named in sides.items():
+        where = f"pe={choice.name} ({', '.join(f'pe.{side}' for side in named)})"
+        problem = choice.cls.problem(sizes[1], sizes[2])
+        if problem:
+            problems.append(
+                f"{where} {problem}: model.d_model / model.n_heads = {sizes[1]} / {sizes[2]}"
+            )
+            continue
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            try:
+                choice.build(*sizes)
+            except Exception as error:  # the class's own check of its options, in its words
+                given = (f"{option_key(cfg.pe, named[0], k)}={v!r}" for k, v in choice.options)
+                options = ", ".join(given) or "no options"
+                problems.append(f"{where} with {options}: {class_path(choice.cls)} says {error}")
+    return problems
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
-    """The model a config describes; the one place where config becomes a model."""
+    """The model a config describes: the one place where config keys become the model's
+    arguments (and the only place a name changes)."""
     share_embeddings, tie_output = SHARE_LEVELS[tying_level(cfg.embedding.share)]
+    src_positions, tgt_positions = encoding_choices(cfg.pe)
+    model = cfg.model
     return Transformer(
         src_vocab_size,
         tgt_vocab_size,
-        **cfg.model,  # its keys are the Transformer's sizes and dropouts, one for one
+        d_model=model.d_model,
+        n_heads=model.n_heads,
+        n_encoder_layers=model.n_encoder_layers,
+        n_decoder_layers=model.n_decoder_layers,
+        d_ff=model.d_ff,
+        max_seq_len=model.max_seq_len,
+        dropout=model.dropout,
+        attention_dropout=model.attention_dropout,
+        norm_first=model.norm_first,
         pad_id=PAD_ID,
-        pos_encoding=cfg.pe.encoder,
-        tgt_pos_encoding=cfg.pe.decoder,
+        tie_output=tie_output,
+        src_pos_encoding=src_positions,
+        tgt_pos_encoding=tgt_positions,
         scale_embedding=cfg.embedding.scale,
         share_embeddings=share_embeddings,
-        tie_output=tie_output,
         init_std=cfg.embedding.init_std,
-        # the rest of the pe section: keyword arguments of the encoding's class (null: its default)
-        pos_options={k: v for k, v in cfg.pe.items() if v is not None and k not in PE_CHOICES},
     )

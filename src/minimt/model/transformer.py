@@ -3,7 +3,6 @@
 import math
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +10,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minimt.model.cache import DecoderCache, LayerCache
-from minimt.model.embedding import PositionalEncoding, Seq2SeqEmbedding
+from minimt.model.embedding import Seq2SeqEmbedding
+from minimt.model.positions import EncodingChoice, PositionalEncoding
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -224,8 +224,8 @@ class DecoderLayer(nn.Module):
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer whose output projection is the target embedding matrix
-    (tie_output), or a matrix of its own. The sizes have no defaults (configs/model/ holds them);
-    embedding_options are Seq2SeqEmbedding's (pos_encoding, share_embeddings, init_std, ...)."""
+    (tie_output), or a matrix of its own. No argument has a default: configs/ holds them, and
+    minimt.config.build_model is the one place a config becomes these arguments."""
 
     def __init__(
         self,
@@ -238,12 +238,16 @@ class Transformer(nn.Module):
         n_decoder_layers: int,
         d_ff: int,
         max_seq_len: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        pad_id: int = 0,
-        norm_first: bool = True,
-        tie_output: bool = True,
-        **embedding_options: Any,
+        dropout: float,
+        attention_dropout: float,
+        pad_id: int,
+        norm_first: bool,
+        tie_output: bool,
+        src_pos_encoding: str | EncodingChoice,
+        tgt_pos_encoding: str | EncodingChoice,
+        scale_embedding: bool,
+        share_embeddings: bool,
+        init_std: float | None,
     ):
         super().__init__()
         self.pad_id = pad_id
@@ -255,8 +259,12 @@ class Transformer(nn.Module):
             dropout=dropout,
             src_padding_idx=pad_id,
             tgt_padding_idx=pad_id,
+            scale_embedding=scale_embedding,
+            share_embeddings=share_embeddings,
+            src_pos_encoding=src_pos_encoding,
+            tgt_pos_encoding=tgt_pos_encoding,
+            init_std=init_std,
             n_heads=n_heads,
-            **embedding_options,
         )
         # Initialised as fairseq's untied output matrix.
         self.output_weight = None
@@ -292,7 +300,7 @@ class Transformer(nn.Module):
         """(B, S) source ids -> memory (B, S, d_model)."""
         mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
         if self.encoder_bias is not None:
-            bias = self.encoder_bias.bias(src.size(1), src.size(1))  # (h, S, S)
+            bias = self.encoder_bias.bias(src.size(1), src.size(1), device=src.device)  # (h, S, S)
             mask = bias.masked_fill(~mask, -math.inf)  # (B, h, S, S)
         x = self.embedding.encode_source(src)  # (B, S, d_model)
         for layer in self.encoder_layers:
@@ -305,7 +313,9 @@ class Transformer(nn.Module):
         src_mask = padding_mask(src, self.pad_id)  # (B, 1, 1, S)
         self_mask = None  # (h, T, T) with a bias; else causal through SDPA's is_causal
         if self.decoder_bias is not None:
-            self_mask = self.decoder_bias.bias(tgt_in.size(1), tgt_in.size(1), causal=True)
+            self_mask = self.decoder_bias.bias(
+                tgt_in.size(1), tgt_in.size(1), causal=True, device=tgt_in.device
+            )
         y = self.embedding.encode_target(tgt_in)  # (B, T, d_model)
         for layer in self.decoder_layers:
             y = layer(y, memory, src_mask, self_mask)
@@ -335,7 +345,9 @@ class Transformer(nn.Module):
         position = cache.position
         self_mask = None
         if self.decoder_bias is not None:
-            self_mask = self.decoder_bias.bias(1, position + 1, offset=position)  # (h, 1, pos + 1)
+            self_mask = self.decoder_bias.bias(  # (h, 1, position + 1)
+                1, position + 1, offset=position, device=tokens.device
+            )
         y = self.embedding.encode_target(tokens, offset=position)  # (N, 1, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             y = layer.step(y, layer_cache, cache.src_mask, self_mask)

@@ -66,6 +66,7 @@ class Family:
     tests: tuple[Contrast | Interaction, ...]
     look: int = 1
     alpha: float | None = None
+    exploratory: str = ""  # why its verdicts are exploratory whatever the protocol's plan
 
     @property
     def planned(self) -> bool:
@@ -85,6 +86,8 @@ def scaling_contrasts(pe: str) -> tuple[Contrast, ...]:
     return against(base, unscaled, init1, both) + against(unscaled, both) + against(init1, both)
 
 
+OTHER_ARMS = "Other arms"  # the family of the arms no declared question covers
+REFERENCE = "full_sinusoidal"  # what such an arm is compared with unless the report names another
 TITLES = {
     "Q1": "Which positional encoding, in range (full data, test_2016_flickr)?",
     "Q2": "What does sqrt(d_model) scaling do, with the token table's init?",
@@ -94,6 +97,7 @@ TITLES = {
     "Q5": f"Which encoding generalises to sentences longer than it trained on (<= {SPLIT_WORDS} "
     "words), and is the loss length or data size?",
     "Q6": "Is what matters the ratio of token to position magnitude at the input?",
+    OTHER_ARMS: "How does each arm that no declared question covers compare with the reference?",
     "Q7": "Are learned positions at the sinusoid's RMS (std 0.7071) equal to sinusoidal, on "
     "fresh seeds (Vaswani et al. 2017, Table 3, row E)?",
 }
@@ -226,6 +230,8 @@ class Answer:
     @property
     def exploratory(self) -> str:
         """Why its verdicts are exploratory; "" when its plan came before its runs."""
+        if self.family.exploratory:
+            return self.family.exploratory
         after = self.protocol.name in WRITTEN_AFTER_THE_DATA and not self.family.planned
         return "plan written after the data" if after else ""
 
@@ -277,15 +283,32 @@ class Answer:
         return record | {"verdict": v.verdict if v else waiting, "reason": v and v.reason or None}
 
 
+def other_arms(families: tuple[Family, ...], arms: list[str], reference: str) -> tuple[Family, ...]:
+    """The arms of `arms` that no test of `families` names, each against `reference`, as one
+    exploratory family (none where there is no such arm or no reference run)."""
+    named = {arm for family in families for test in family.tests for arm in test.arms}
+    others = [arm for arm in arms if arm not in named and arm != reference]
+    if not others or reference not in arms:
+        return ()
+    why = "an arm no declared question covers, compared after its runs"
+    return (Family(OTHER_ARMS, against(reference, *others), exploratory=why),)
+
+
 def answer_questions(
-    groups: dict[Configuration, list[Run]], headline: str, rules: Rules
+    groups: dict[Configuration, list[Run]],
+    headline: str,
+    rules: Rules,
+    *,
+    reference: str = REFERENCE,
 ) -> list[Answer]:
-    """Every family of every protocol that has runs (its plan's, or QUESTIONS), its comparisons
-    judged together once it is complete."""
+    """Every family of every protocol that has runs (its plan's, or QUESTIONS, then the arms none
+    of them covers against `reference`), its comparisons judged together once it is complete."""
     by_arm = {(c.protocol, c.name): runs for c, runs in groups.items()}
     answers = []
     for protocol in dict.fromkeys(c.protocol for c in groups):
-        for family in PLANS.get(protocol.name, QUESTIONS):
+        families = PLANS.get(protocol.name, QUESTIONS)
+        arms = [c.name for c in groups if c.protocol == protocol]
+        for family in families + other_arms(families, arms, reference):
             alpha = min(rules.alpha, family.alpha or rules.alpha)
             answer = Answer(protocol, family, [], [], alpha)
             seen = () if family.planned else WRITTEN_AFTER_THE_DATA.get(protocol.name, ())

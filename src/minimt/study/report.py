@@ -17,7 +17,7 @@ from minimt.atomic import atomic_write, write_bytes, write_text
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
 from minimt.study import markdown, views
-from minimt.study.questions import PLANS, QUESTIONS, Answer, answer_questions
+from minimt.study.questions import PLANS, QUESTIONS, REFERENCE, Answer, answer_questions
 from minimt.study.runs import (
     Configuration,
     Run,
@@ -80,6 +80,8 @@ def build_report(
     test_set: str | None,
     out_dir: str | Path | None = None,
     rules: Rules | None = None,
+    *,
+    reference: str = REFERENCE,
 ) -> Report:
     """Every run under `sweep_dir`, the questions answered on `test_set` (None: the first run's
     first that is not a long_* set) by `rules` (None: Rules()). The report goes to `out_dir`;
@@ -106,7 +108,7 @@ def build_report(
     order = sorted(groups, key=lambda c: (c.protocol.rank, arm_rank(c.name)))
     groups = {c: groups[c] for c in order}
     rules = rules or Rules()
-    answers = answer_questions(groups, headline, rules)
+    answers = answer_questions(groups, headline, rules, reference=reference)
     return Report(sweep_dir, Path(out_dir), headline, rules, groups, answers, sorted(skipped))
 
 

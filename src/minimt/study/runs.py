@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.model.embedding import sinusoidal_table
+from minimt.model.positions import sinusoidal_table
 
 log = logging.getLogger(__name__)
 
