@@ -1,21 +1,35 @@
 """TensorBoard views: what each writes (read back from the event files), and that it is right."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import (
+    api_pb2,
+    backend_context,
+    get_experiment,
+    list_session_groups,
+    plugin_data_pb2,
+)
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.data.tokenizer import TokenizerPair, train_bpe
-from minimt.model.embedding import POSITIONAL_ENCODINGS
+from minimt.model.positions import BUILT_IN_ENCODINGS
 from minimt.model.transformer import padding_mask
+from minimt.study import views
 from minimt.study.views import (
+    NOT_APPLICABLE,
+    STUDY_VARIABLES,
     cosine_similarity_matrix,
     cross_attention,
+    hparams_row,
     log_cross_attention,
     log_embedding_norms,
     log_embedding_projector,
@@ -65,90 +79,159 @@ def batch(tokenizers: TokenizerPair):
     return collate(src, tgt)
 
 
-def test_hparams_written_into_the_run_folder(writer, tmp_path):
-    cfg = OmegaConf.create(
-        {
-            "pe": {"encoder": "learned", "decoder": "none"},
-            "embedding": {"scale": False, "share": True, "init_std": None},  # true: old "all"
-            "trainer": {"seed": 3, "lr": 1e-3, "warmup_steps": 800},
-            "model": {"d_model": 256},
-            "tokenizer": {"vocab_size": 8000},
-            "data": {
-                "src_lang": "de",
-                "tgt_lang": "en",
-                "train_max_words": 15,
-                "train_subsample": None,
-            },
-        }
-    )
-    metrics = {
-        "steps": 120,
-        "best_val_bleu": 30.5,
-        "best_step": 100,
-        "val_history": [{"step": 50, "loss": 3.0}, {"step": 100, "loss": 2.5}],
-        "test": {"test_2016_flickr": {"bleu": 31.0}},
-        "test_average": {"test_2016_flickr": {"bleu": 31.5}},
+def study_config(pe: dict | None = None, **sections) -> DictConfig:
+    """The keys log_hparams reads, as the default config sets them: `pe` replaces the pe section,
+    `sections` are merged in."""
+    cfg = {
+        "pe": pe or {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0},
+        "embedding": {"scale": True, "share": "all", "init_std": None},
+        "trainer": {"seed": 1, "lr": 1e-3, "warmup_steps": 800},
+        "model": {"d_model": 64},
+        "tokenizer": {"vocab_size": 1000},
+        "data": {
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "train_max_words": None,
+            "train_subsample": None,
+        },
     }
-    log_hparams(writer, cfg, metrics)
+    return OmegaConf.merge(cfg, sections)
+
+
+FINISHED = {  # metrics.json's keys that log_hparams reads: two validations, one test set
+    "steps": 120,
+    "best_val_bleu": 30.5,
+    "best_step": 100,
+    "val_history": [{"step": 50, "loss": 3.0}, {"step": 100, "loss": 2.5}],
+    "test": {"test_2016_flickr": {"bleu": 31.0}},
+}
+
+
+def hparams_plugin_view(logdir: Path) -> tuple[api_pb2.Experiment, list[api_pb2.SessionGroup]]:
+    """The experiment and the session groups (one per set of hparams values) as TensorBoard's
+    hparams plugin serves them to its front end, the HPARAMS tab, from the event files under
+    `logdir`."""
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
+    tb_context = base_plugin.TBContext(logdir=str(logdir), data_provider=provider)
+    backend = backend_context.Context(tb_context)
+    request = context.RequestContext()
+    asked = api_pb2.GetExperimentRequest(experiment_name="", hparams_limit=1000)
+    experiment = get_experiment.Handler(request, backend, "", asked).run()
+    statuses = [api_pb2.Status.Value(status) for status in api_pb2.Status.keys()]
+    asked = api_pb2.ListSessionGroupsRequest(slice_size=100, allowed_statuses=statuses)
+    groups = list_session_groups.Handler(request, backend, "", asked).run()
+    return experiment, list(groups.session_groups)
+
+
+def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
+    cfg = study_config(
+        pe={"encoder": "learned", "decoder": "none", "init_std": 0.02},
+        embedding={"scale": False, "share": True},  # true: the old spelling of "all"
+        trainer={"seed": 3},
+        data={"train_max_words": 15},
+    )
+    log_hparams(writer, cfg, FINISHED | {"test_average": {"test_2016_flickr": {"bleu": 31.5}}})
+    writer.flush()
 
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == []  # no timestamped subfolder
-    accumulator = events(writer)
-    content = accumulator.PluginTagToContent("hparams")
-    assert set(content) == {
-        "_hparams_/experiment",
-        "_hparams_/session_start_info",
-        "_hparams_/session_end_info",
-    }
-    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-    hparams = start.session_start_info.hparams
-    strings = {name: value.string_value for name, value in hparams.items() if value.string_value}
-    assert strings == {
+    experiment, groups = hparams_plugin_view(tmp_path)
+    infos = [info.name for info in experiment.hparam_infos]
+    # the order the HPARAMS tab lists them in; its front end ticks the first five
+    assert infos[:6] == [
+        "embedding.scale",
+        "embedding.share",
+        "pe.decoder",
+        "pe.encoder",
+        "pe.init_std",
+        "trainer.seed",
+    ]
+    assert [info.differs for info in experiment.hparam_infos] == [True] * 6 + [False] * 10
+    assert sorted(infos[:6]) == sorted(STUDY_VARIABLES)
+    assert all(name.count(".") == 1 for name in infos)  # every one a config key
+    assert [m.name.tag for m in experiment.metric_infos] == [
+        "val/best_bleu",
+        "val/loss_at_best",
+        "test/bleu",
+        "test_average/bleu",
+    ]
+
+    (group,) = groups
+    (session,) = group.sessions
+    assert session.name == "."  # the run's own folder, where its scalars are
+    values = {name: value.WhichOneof("kind") for name, value in group.hparams.items()}
+    strings = {name: value.string_value for name, value in group.hparams.items()}
+    assert {name: strings[name] for name, kind in values.items() if kind == "string_value"} == {
         "pe.encoder": "learned",
         "pe.decoder": "none",
-        "scale": "false",
-        "share": "all",
-        "init_std": "d_model^-0.5",
-        "train_max_words": "15",
-        "train_subsample": "all",
-        "langs": "de-en",
+        "pe.init_std": "0.02",
+        "pe.scale": NOT_APPLICABLE,
+        "embedding.scale": "false",
+        "embedding.share": "all",
+        "embedding.init_std": "d_model^-0.5",
+        "data.src_lang": "de",
+        "data.tgt_lang": "en",
+        "data.train_max_words": "15",
+        "data.train_subsample": "all",
     }
-    assert hparams["seed"].number_value == 3
-    assert hparams["d_model"].number_value == 256
-    scores = {
-        tag: accumulator.Scalars(tag)[-1].value
-        for tag in (
-            "hparam/best_val_bleu",
-            "hparam/val_loss",
-            "hparam/test_bleu",
-            "hparam/test_average_bleu",
-        )
+    numbers = {name: value.number_value for name, value in group.hparams.items()}
+    assert {name: numbers[name] for name, kind in values.items() if kind == "number_value"} == {
+        "trainer.seed": 3,
+        "trainer.lr": 1e-3,
+        "trainer.warmup_steps": 800,
+        "model.d_model": 64,
+        "tokenizer.vocab_size": 1000,
     }
-    assert scores == {
-        "hparam/best_val_bleu": 30.5,
-        "hparam/val_loss": 2.5,
-        "hparam/test_bleu": 31.0,
-        "hparam/test_average_bleu": 31.5,
-    }
+    metrics = {m.name.tag: (m.value, m.training_step) for m in session.metric_values}
+    assert metrics == {
+        "val/best_bleu": (30.5, 120),
+        "val/loss_at_best": (2.5, 120),
+    }  # test/bleu and test_average/bleu: train.evaluation.finish logs them, not log_hparams
+
+    accumulator = events(writer)
+    assert set(accumulator.Tags()["scalars"]) == {"val/best_bleu", "val/loss_at_best"}
+    assert not any(tag.startswith("hparam") for tag in accumulator.Tags()["scalars"])
+
+
+def test_hparams_metrics_are_the_runs_last_scalars(writer, tmp_path):
+    for step, bleu in ((50, 20.0), (120, 31.0)):  # as score_checkpoint logs the headline set
+        writer.add_scalar("test/bleu", bleu, step)
+    log_hparams(writer, study_config(), FINISHED | {"val_history": []})
+    writer.flush()
+
+    experiment, (group,) = hparams_plugin_view(tmp_path)
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/best_bleu", "test/bleu"]
+    metrics = {m.name.tag: m.value for m in group.metric_values}
+    assert metrics == {"val/best_bleu": 30.5, "test/bleu": 31.0}
+
+
+@pytest.mark.parametrize(
+    ("pe", "init_std", "scale"),
+    [
+        ({"encoder": "learned", "decoder": "learned"}, "0.7071", NOT_APPLICABLE),  # the default
+        ({"encoder": "sinusoidal", "decoder": "none", "scale": 0.5}, NOT_APPLICABLE, "0.5"),
+        ({"encoder": "rope", "decoder": "alibi"}, NOT_APPLICABLE, NOT_APPLICABLE),
+        (
+            {"encoder": "learned", "decoder": "learned", "decoder_options": {"init_std": 0.02}},
+            "encoder 0.7071, decoder 0.02",
+            NOT_APPLICABLE,
+        ),
+    ],
+)
+def test_hparams_encoding_options_as_the_model_used_them(pe, init_std, scale):
+    row = hparams_row(study_config(pe))
+    assert (row["pe.init_std"], row["pe.scale"]) == (init_std, scale)
 
 
 def test_hparams_names_and_booleans_are_discrete_string_filters(writer):
-    cfg = OmegaConf.create(
-        {
-            "pe": {"encoder": "rope", "decoder": "rope"},
-            "embedding": {"scale": True, "share": "decoder", "init_std": 1.0},
-            "trainer": {"seed": 1, "lr": 1e-3, "warmup_steps": 800},
-            "model": {"d_model": 64},
-            "tokenizer": {"vocab_size": 1000},
-            "data": {
-                "src_lang": "de",
-                "tgt_lang": "en",
-                "train_max_words": None,
-                "train_subsample": 12000,
-            },
-        }
+    cfg = study_config(
+        pe={"encoder": "rope", "decoder": "rope"},
+        embedding={"share": "decoder", "init_std": 1.0},
+        data={"train_subsample": 12000},
     )
-    metrics = {"steps": 1, "best_val_bleu": 0.0, "best_step": 1, "val_history": [], "test": {}}
-    log_hparams(writer, cfg, metrics)
+    log_hparams(writer, cfg, FINISHED | {"test": {}})
 
     content = events(writer).PluginTagToContent("hparams")["_hparams_/experiment"]
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content).experiment
@@ -160,14 +243,31 @@ def test_hparams_names_and_booleans_are_discrete_string_filters(writer):
         if info.type == string_type and info.HasField("domain_discrete")
     }
     assert domains == {
-        "pe.encoder": list(POSITIONAL_ENCODINGS),
-        "pe.decoder": list(POSITIONAL_ENCODINGS),
-        "scale": ["false", "true"],
-        "share": ["none", "decoder", "all"],
+        "pe.encoder": list(BUILT_IN_ENCODINGS),
+        "pe.decoder": list(BUILT_IN_ENCODINGS),
+        "embedding.scale": ["false", "true"],
+        "embedding.share": ["none", "decoder", "all"],
     }
     assert {"alibi", "sinusoidal", "learned", "rope", "none"} <= set(domains["pe.encoder"])
-    assert infos["init_std"].type == infos["train_subsample"].type == string_type
-    assert infos["d_model"].type == api_pb2.DataType.Value("DATA_TYPE_FLOAT64")
+    assert infos["embedding.init_std"].type == string_type
+    assert infos["data.train_subsample"].type == infos["pe.init_std"].type == string_type
+    assert infos["model.d_model"].type == api_pb2.DataType.Value("DATA_TYPE_FLOAT64")
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/best_bleu", "val/loss_at_best"]
+
+
+def test_hparams_an_encoding_named_by_import_path_is_in_its_filter(writer):
+    path = "minimt.model.positions.LearnedPositions"
+    log_hparams(writer, study_config({"encoder": path, "decoder": "none"}), FINISHED)
+
+    content = events(writer).PluginTagToContent("hparams")["_hparams_/experiment"]
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content).experiment
+    infos = {info.name: info for info in experiment.hparam_infos}
+    for side in ("pe.encoder", "pe.decoder"):
+        domain = [value.string_value for value in infos[side].domain_discrete.values]
+        assert domain == [*BUILT_IN_ENCODINGS, path]
+    assert (
+        hparams_row(study_config({"encoder": path, "decoder": "none"}))["pe.init_std"] == "0.7071"
+    )
 
 
 def test_projector_table_and_one_label_per_row(writer, tmp_path, tokenizers):
@@ -309,10 +409,23 @@ def test_attention_probs_without_mask_sum_to_one():
     assert torch.allclose(probs.sum(-1), torch.ones(()))
 
 
-def test_cross_attention_heatmap_per_sentence(writer, tokenizers):
+@pytest.mark.parametrize(("layer", "named"), [(-1, "layer 2 of 2"), (0, "layer 1 of 2")])
+def test_cross_attention_heatmap_per_sentence(writer, tokenizers, monkeypatch, layer, named):
+    titles, draw = [], views.heatmap
+
+    def heatmap(values, title, *args):
+        titles.append(title)
+        return draw(values, title, *args)
+
+    monkeypatch.setattr(views, "heatmap", heatmap)
     model = model_for(tokenizers)
     b = batch(tokenizers)
-    log_cross_attention(writer, model, b.src, b.tgt_in, step=4, tokenizers=tokenizers)
+    log_cross_attention(writer, model, b.src, b.tgt_in, 4, tokenizers, layer)
 
     images = events(writer).Tags()["images"]
     assert set(images) == {"cross_attention/0", "cross_attention/1"}
+    assert titles == [
+        f"sentence {i}: cross-attention of decoder {named}\n"
+        "mean over 2 heads, reference fed in (teacher forcing)"
+        for i in (0, 1)
+    ]

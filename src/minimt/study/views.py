@@ -15,13 +15,15 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from tokenizers import Tokenizer
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 
-from minimt.config import SHARE_LEVELS, tying_level
+from minimt.config import SHARE_LEVELS, encoding_choices, tying_level
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
-from minimt.model.embedding import POSITIONAL_ENCODINGS
+from minimt.model.positions import BUILT_IN_ENCODINGS, EncodingChoice
 from minimt.model.transformer import MultiHeadAttention, Transformer
 from minimt.train.evaluation import Hook, RunContext
 
@@ -42,7 +44,7 @@ class StudyViews:
 
     def on_finish(self, run: RunContext, metrics: dict) -> None:
         log_embedding_projector(run.writer, run.model, run.data.tokenizers, metrics["steps"])
-        log_hparams(run.writer, run.cfg, metrics)  # last: it flushes the writer first
+        log_hparams(run.writer, run.cfg, metrics)
 
 
 def study_hooks(cfg: DictConfig) -> list[Hook]:
@@ -50,39 +52,95 @@ def study_hooks(cfg: DictConfig) -> list[Hook]:
     return [StudyViews()] if cfg.views else []
 
 
+# The study's variables: marked `differs` in the HPARAMS entry, so that TensorBoard (2.21) lists
+# them first (its backend sorts by differs, then name) and the front end ticks the first five:
+# embedding.scale, embedding.share, pe.decoder, pe.encoder, pe.init_std. trainer.seed sorts sixth,
+# unticked: it tells replicates of one configuration apart, not configurations.
+STUDY_VARIABLES = (
+    "pe.encoder",
+    "pe.decoder",
+    "pe.init_std",
+    "embedding.scale",
+    "embedding.share",
+    "trainer.seed",
+)
+NOT_APPLICABLE = "n/a"  # an encoding option where neither side's encoding takes it
+
+
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
-    """One row of the HPARAMS tab: embedding, data and optimiser settings -> best val BLEU, the
-    val loss at that step, the first test set's (and test_average's) BLEU. Names and booleans are
+    """The run's HPARAMS entry, in the writer's own event file (its folder is the session):
+    hparams_row's settings, STUDY_VARIABLES marked `differs`, and as metrics the last value of
+    scalar tags in the run: val/best_bleu and val/loss_at_best (the val loss at that step),
+    written here at the final step, then test/bleu and test_average/bleu where the run has them."""
+    step = metrics["steps"]
+    scores = {"val/best_bleu": metrics["best_val_bleu"]}
+    best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
+    if best:
+        scores["val/loss_at_best"] = best[0]["loss"]
+    for tag, value in scores.items():
+        writer.add_scalar(tag, value, step)
+    for key in ("test", "test_average"):  # scored and logged by train.evaluation.finish
+        if metrics.get(key):
+            scores[f"{key}/bleu"] = next(iter(metrics[key].values()))["bleu"]
+    row = hparams_row(cfg)
+    # the built-in names, and a class's import path where a side names one
+    encodings = list(dict.fromkeys([*BUILT_IN_ENCODINGS, row["pe.encoder"], row["pe.decoder"]]))
+    domains = {"pe.encoder": encodings, "pe.decoder": encodings}
+    domains |= {"embedding.scale": ["false", "true"], "embedding.share": list(SHARE_LEVELS)}
+    experiment, start, end = hparams(row, scores, domains)
+    content = experiment.value[0].metadata.plugin_data
+    data = HParamsPluginData.FromString(content.content)
+    for info in data.experiment.hparam_infos:
+        info.differs = info.name in STUDY_VARIABLES
+    content.content = data.SerializeToString()
+    for summary in (experiment, start, end):
+        writer.file_writer.add_summary(summary, step)
+
+
+def hparams_row(cfg: DictConfig) -> dict[str, str | float]:
+    """The settings an HPARAMS row shows, each named by its config key. Names and booleans are
     strings with every value declared, as TensorBoard reads a column's filter from one run;
-    optional numbers too ("all" for null: a missing value drops the column). Call it last: it
-    flushes the writer, as the row goes to a second event file in the writer's folder."""
+    optional numbers too ("d_model^-0.5" or "all" for null: a missing value drops the column),
+    and the encodings' options (NOT_APPLICABLE where neither side takes one)."""
+    encoder, decoder = encoding_choices(cfg.pe)
     init_std = cfg.embedding.init_std
-    hparams = {
+    return {
         "pe.encoder": cfg.pe.encoder,
         "pe.decoder": cfg.pe.decoder,
-        "scale": str(cfg.embedding.scale).lower(),
-        "share": tying_level(cfg.embedding.share),
-        "init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
-        **{key: str(cfg.data[key] or "all") for key in ("train_max_words", "train_subsample")},
-        "seed": cfg.trainer.seed,
-        "lr": cfg.trainer.lr,
-        "warmup_steps": cfg.trainer.warmup_steps,
-        "d_model": cfg.model.d_model,
-        "vocab_size": cfg.tokenizer.vocab_size,
-        "langs": f"{cfg.data.src_lang}-{cfg.data.tgt_lang}",
+        "pe.init_std": encoding_option((encoder, decoder), "init_std"),
+        "pe.scale": encoding_option((encoder, decoder), "scale"),
+        "embedding.scale": str(cfg.embedding.scale).lower(),
+        "embedding.share": tying_level(cfg.embedding.share),
+        "embedding.init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
+        "trainer.seed": cfg.trainer.seed,
+        "trainer.lr": cfg.trainer.lr,
+        "trainer.warmup_steps": cfg.trainer.warmup_steps,
+        "model.d_model": cfg.model.d_model,
+        "tokenizer.vocab_size": cfg.tokenizer.vocab_size,
+        "data.src_lang": cfg.data.src_lang,
+        "data.tgt_lang": cfg.data.tgt_lang,
+        **{
+            f"data.{key}": str(cfg.data[key] or "all")
+            for key in ("train_max_words", "train_subsample")
+        },
     }
-    encodings = list(POSITIONAL_ENCODINGS)  # those registered now
-    domains = {"pe.encoder": encodings, "pe.decoder": encodings}
-    domains |= {"scale": ["false", "true"], "share": list(SHARE_LEVELS)}
-    best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
-    scores = {"hparam/best_val_bleu": metrics["best_val_bleu"]}
-    if best:
-        scores["hparam/val_loss"] = best[0]["loss"]
-    for key in ("test", "test_average"):
-        if metrics.get(key):
-            scores[f"hparam/{key}_bleu"] = next(iter(metrics[key].values()))["bleu"]
-    writer.flush()
-    writer.add_hparams(hparams, scores, domains, run_name=".", global_step=metrics["steps"])
+
+
+def encoding_option(choices: Sequence[EncodingChoice], option: str) -> str:
+    """The value of an encoding's option as the model used it (the config's, else the class's
+    default), for the sides whose class takes it: one value, or "encoder X, decoder Y" where the
+    sides differ; NOT_APPLICABLE where neither does."""
+    values = {}
+    for side, choice in zip(("encoder", "decoder"), choices, strict=True):
+        parameter = inspect.signature(choice.cls.__init__).parameters.get(option)
+        if parameter is not None:
+            value = dict(choice.options).get(option, parameter.default)
+            values[side] = str(float(value)) if isinstance(value, int | float) else str(value)
+    if not values:
+        return NOT_APPLICABLE
+    if len(set(values.values())) == 1:
+        return next(iter(values.values()))
+    return ", ".join(f"{side} {value}" for side, value in values.items())
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
@@ -204,13 +262,19 @@ def log_cross_attention(
     tokenizers: TokenizerPair,
     layer: int = -1,
 ) -> None:
-    """A heatmap per sentence of src (B, S), tgt_in (B, T): decoder layer `layer`'s cross-attention,
-    mean over heads; rows are the target tokens each query predicts, columns the source tokens."""
+    """A heatmap per sentence i of src (B, S), tgt_in (B, T), as cross_attention/<i>: decoder
+    layer `layer`'s cross-attention (by default the last) with the reference fed in, mean over
+    heads; rows are the target tokens each query predicts, columns the source tokens. The title
+    counts layers from 1, as "layer L of N" reads."""
     device = model.embedding.tgt_token_weight.device
     probs = cross_attention(model, src.to(device), tgt_in.to(device))[layer]  # (B, h, T, S)
+    n_heads, n_layers = probs.size(1), len(model.decoder_layers)
     probs = probs.mean(dim=1).float().cpu()  # (B, T, S)
-    title = f"cross-attention, decoder layer {layer % len(model.decoder_layers)}"
     for i, (src_ids, tgt_ids) in enumerate(zip(src.tolist(), tgt_in.tolist(), strict=True)):
+        title = (
+            f"sentence {i}: cross-attention of decoder layer {layer % n_layers + 1} of {n_layers}"
+            f"\nmean over {n_heads} heads, reference fed in (teacher forcing)"
+        )
         s = sum(t != model.pad_id for t in src_ids)
         t = sum(t != model.pad_id for t in tgt_ids)
         predicted = [*tgt_ids[1:t], EOS_ID]  # query t predicts tgt_in[t + 1]
@@ -228,9 +292,10 @@ def heatmap(
 ) -> Figure:
     """(H, W) values as a colour-mapped figure on `limits` (diverging below 0), x and y `labels`,
     a tick label per cell with `ticks`: a few inches wide with 9-10 pt text, legible when
-    TensorBoard fits it into its card; with ticks 0.2 inch per cell, room for an 8 pt label."""
+    TensorBoard fits it into its card; with ticks 0.2 inch per cell, room for an 8 pt label, and
+    at least 4.6 inches: room for a title line of about 60 characters."""
     rows, cols = values.shape
-    size = (2.2 + 0.2 * cols, 1.4 + 0.2 * rows) if ticks else (4.2, 3.2)
+    size = (max(4.6, 2.2 + 0.2 * cols), 1.4 + 0.2 * rows) if ticks else (4.2, 3.2)
     figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
     ax = figure.add_subplot()
     cmap = "RdBu_r" if limits[0] < 0 else "viridis"
