@@ -10,7 +10,8 @@ import torch
 from omegaconf import OmegaConf
 
 from minimt.config import build_model
-from minimt.study.questions import OTHER_ARMS, PLAN, answer_questions
+from minimt.study.answers import answer_questions
+from minimt.study.questions import OTHER_ARMS, PLAN
 from minimt.study.runs import Run, init_ratio
 from minimt.study.significance import Rules, holm, paired_difference
 from tests.helpers import compose_config

@@ -10,13 +10,8 @@ from typing import TYPE_CHECKING
 from omegaconf import OmegaConf
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.study.questions import (
-    PLAN_PROTOCOL,
-    PLANS,
-    TITLES,
-    Answer,
-    Comparison,
-)
+from minimt.study.answers import Answer, Comparison
+from minimt.study.questions import PLAN_PROTOCOL, PLANS, TITLES
 from minimt.study.runs import Run, long_test_sets, scores_of
 from minimt.study.significance import MAX_SEEDS, NONZERO, NOT_AFTER_HOLM, Rules, mean, mean_std
 
@@ -257,7 +252,7 @@ def setup_text(report: Report) -> str:
     """Each protocol's model and training settings: every value its runs used, "/" between."""
     lines = []
     for protocol in dict.fromkeys(c.protocol for c in report.groups):
-        cfgs = [r.config for r in report.runs if r.configuration.protocol == protocol]
+        cfgs = [run.config for run in report.runs if run.configuration.protocol == protocol]
         used = {k: dict.fromkeys(str(OmegaConf.select(c, k)) for c in cfgs) for k in SETUP.split()}
         values = " ".join(f"{k}={'/'.join(v)}" for k, v in used.items())
         lines.append(f"- {protocol.title}: {values}")

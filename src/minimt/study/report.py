@@ -17,7 +17,8 @@ from minimt.atomic import atomic_write, write_bytes, write_text
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
 from minimt.study import markdown, views
-from minimt.study.questions import PLANS, QUESTIONS, REFERENCE, Answer, answer_questions
+from minimt.study.answers import Answer, answer_questions
+from minimt.study.questions import PLANS, QUESTIONS, REFERENCE
 from minimt.study.runs import (
     Configuration,
     Run,
@@ -71,7 +72,9 @@ class Report:
             for c in answer.comparisons:
                 found[c.system].append(answer.record(c))
         rows = zip(self.rows, self.groups, strict=True)
-        unrun = [r for c, records in found.items() if c not in self.groups for r in records]
+        unrun = [
+            record for c, records in found.items() if c not in self.groups for record in records
+        ]
         return [row | record for row, c in rows for record in found[c] or [{}]] + unrun
 
 
@@ -98,7 +101,9 @@ def build_report(
     first = found[0].test_sets
     headline = test_set or ([n for n in first if not n.startswith(LONG_PREFIX)] or first)[0]
     runs = [run for run in found if headline in run.test_sets]
-    skipped += [(r.dir, f"metrics.json has no {headline} score") for r in found if r not in runs]
+    skipped += [
+        (run.dir, f"metrics.json has no {headline} score") for run in found if run not in runs
+    ]
     if out_dir is None:
         collected = all(run.dir == collected_dir(sweep_dir, run) for run in runs)
         out_dir = sweep_dir.parent if collected else sweep_dir

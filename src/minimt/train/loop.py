@@ -13,6 +13,7 @@ from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import NamedTuple
 
 import torch
 from omegaconf import DictConfig
@@ -22,7 +23,7 @@ from torch.utils.tensorboard import SummaryWriter
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, validate_config
-from minimt.data.splits import prepare_data
+from minimt.data.splits import RunData, prepare_data
 from minimt.errors import MinimtError
 from minimt.provenance import session
 from minimt.rundir import tokenizer_digest
@@ -45,7 +46,7 @@ from minimt.train.state import (
     save_training_checkpoint,
     step_batches,
 )
-from minimt.train.step import build_training, checks_on_host, train_step
+from minimt.train.step import Training, build_training, checks_on_host, train_step
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -121,30 +122,8 @@ def run_training(
     """This process's part of the run: set up, the loop, the final scores (rank 0); `memory` is
     told the phase (setup, training, test decoding)."""
     trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
-    seed_everything(trainer.seed)
-    set_num_threads(job_num_threads(trainer.num_threads))
-    device = dist.device(pick_device(trainer.device))
-    with dist.main_first():
-        data = prepare_data(cfg)
-    if dist.is_main:
-        data.tokenizers.save(run_dir)
-        remove_temp_files(ckpt_dir)
-    vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
-    training = build_training(cfg, *vocab, device, dist.wrap)
-    if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
-        torch.manual_seed(trainer.seed * 1000 + dist.rank)
+    data, training, state, translator, device = set_up(cfg, run_dir, dist)
     resumed = cfg.resume is not None
-    state = (
-        resume_training(resume_checkpoint(cfg.resume), cfg, training, dist)
-        if resumed
-        else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
-    )
-    state.tokenizer_digest = tokenizer_digest(run_dir) if dist.is_main else ""
-    state.sessions.append(session(device))
-    check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
-    translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
-    if dist.is_main:
-        log_start(training, device, trainer, dist.world_size)
     clock, last_saved = Clock(state.train_seconds), state.step if resumed else -1
     window, nonfinite_in_a_row = Window(), 0
     # On CUDA a step's outcome stays on the device until a log, validation or checkpoint step
@@ -162,26 +141,12 @@ def run_training(
         run = RunContext(cfg, run_dir, training.model, translator, data, writer, device)
         memory.phase = "training"
         for batches in steps:
-            if state.step >= trainer.max_steps:
-                reason = "trainer.max_steps reached"
-                break
             local_tokens = sum(b.num_tgt_tokens for b in batches)
-            late = clock.elapsed() >= trainer.max_minutes * 60
-            converged = (  # rank 0 alone validates: its history decides for every process
-                patience_reached(state.val_history, trainer.patience, trainer.min_delta)
-                if dist.is_main
-                else None
+            tokens, stopping = agree_to_stop(
+                stop, clock, state, trainer, dist, local_tokens, device
             )
-            tokens, signalled, late, stop_early = dist.sum(
-                [local_tokens, stop.signal is not None, late, converged is not None], device
-            )
-            if signalled or late:
-                interrupted = bool(signalled)
-                signal_name = stop.signal or "a signal to another process"
-                reason = signal_name if signalled else "trainer.max_minutes reached"
-                break
-            if stop_early:
-                reason = converged or "trainer.patience reached (rank 0's validations)"
+            if stopping:
+                reason, interrupted = stopping
                 break
             batches = [b.to(device) for b in batches]
             loss_sum, grad_norm, applied = train_step(
@@ -229,6 +194,80 @@ def run_training(
             return None
         memory.phase = "test decoding"
         return finish(run, state, clock, hooks, dist.world_size, reason, memory)
+
+
+class Setup(NamedTuple):
+    """What run_training works with, built in the order that keeps every random draw in place."""
+
+    data: RunData
+    training: Training
+    state: TrainState
+    translator: Translator
+    device: torch.device
+
+
+def set_up(cfg: DictConfig, run_dir: Path, dist: Distributed) -> Setup:
+    """Seeds, threads and device; the data (rank 0 first: it writes the caches); the model,
+    optimizer and loss; the state, new or resumed from cfg.resume; the translator."""
+    trainer = cfg.trainer
+    seed_everything(trainer.seed)
+    set_num_threads(job_num_threads(trainer.num_threads))
+    device = dist.device(pick_device(trainer.device))
+    with dist.main_first():
+        data = prepare_data(cfg)
+    if dist.is_main:
+        data.tokenizers.save(run_dir)
+        remove_temp_files(run_dir / "checkpoints")
+    vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
+    training = build_training(cfg, *vocab, device, dist.wrap)
+    if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
+        torch.manual_seed(trainer.seed * 1000 + dist.rank)
+    state = (
+        resume_training(resume_checkpoint(cfg.resume), cfg, training, dist)
+        if cfg.resume is not None
+        else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
+    )
+    state.tokenizer_digest = tokenizer_digest(run_dir) if dist.is_main else ""
+    state.sessions.append(session(device))
+    check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
+    translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
+    if dist.is_main:
+        log_start(training, device, trainer, dist.world_size)
+    return Setup(data, training, state, translator, device)
+
+
+def agree_to_stop(
+    stop: StopRequest,
+    clock: Clock,
+    state: TrainState,
+    trainer: DictConfig,
+    dist: Distributed,
+    local_tokens: int,
+    device: torch.device,
+) -> tuple[float, tuple[str, bool] | None]:
+    """Before a step, every process at once: the step's target tokens over all processes, and
+    why to stop (with whether a signal asked for it), or None. A signal or trainer.max_minutes
+    on any process stops all; rank 0's validations alone decide patience."""
+    if state.step >= trainer.max_steps:  # every process has taken as many steps
+        return 0.0, ("trainer.max_steps reached", False)
+    late = clock.elapsed() >= trainer.max_minutes * 60
+    converged = (
+        patience_reached(state.val_history, trainer.patience, trainer.min_delta)
+        if dist.is_main
+        else None
+    )
+    tokens, signalled, late, stop_early = dist.sum(
+        [local_tokens, stop.signal is not None, late, converged is not None], device
+    )
+    if signalled or late:
+        signal_name = stop.signal or "a signal to another process"
+        return tokens, (
+            signal_name if signalled else "trainer.max_minutes reached",
+            bool(signalled),
+        )
+    if stop_early:
+        return tokens, (converged or "trainer.patience reached (rank 0's validations)", False)
+    return tokens, None
 
 
 def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> None:

@@ -1,0 +1,242 @@
+"""The study's answers: each family's seed-paired comparisons on each test set its runs share,
+judged together (Holm) once its planned seeds are in; the arms no question covers against the
+reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from minimt.data.length_split import LONG_PREFIX
+from minimt.study.questions import (
+    OTHER_ARMS,
+    PLANS,
+    QUESTIONS,
+    REFERENCE,
+    WRITTEN_AFTER_THE_DATA,
+    Contrast,
+    Family,
+    Interaction,
+    against,
+)
+from minimt.study.runs import Configuration, Protocol, Run, shared_test_sets
+from minimt.study.significance import (
+    PairedDifference,
+    Rules,
+    Verdict,
+    family_verdicts,
+    paired_difference,
+)
+
+SECONDARY = "secondary: not tested"  # the verdict cell of a comparison on a secondary test set
+
+
+@dataclass
+class Comparison:
+    """One test of a family on one test set, seeds paired."""
+
+    test: Contrast | Interaction
+    system: Configuration  # its first arm's (an interaction's first system)
+    reference: Configuration  # its second arm's
+    test_set: str
+    seeds: list[int]  # the test's seeds that every arm has run
+    difference: PairedDifference | None  # test BLEU, as test.describe() says; None: no seed yet
+    runs: list[Run]  # the paired runs of every arm
+    verdict: Verdict | None = None  # set with its family's, once it is tested
+    secondary: bool = False  # on a test set beside the headline: reported, never tested
+
+    @property
+    def machines(self) -> dict[str, dict[str, list[int]]]:
+        """Per configuration, the seeds of its runs that trained on each machine."""
+        seeds: dict[str, dict[str, list[int]]] = {}
+        for run in self.runs:
+            on = seeds.setdefault(run.configuration.name, {}).setdefault(run.machine, [])
+            on.append(run.seed)
+        return seeds
+
+    @property
+    def mixes_machines(self) -> bool:
+        return len({machine for on in self.machines.values() for machine in on}) > 1
+
+    def describe_machines(self) -> str:
+        """'a on AMD EPYC (1-5); b on AMD EPYC (1-3), Intel Xeon (4-5)'."""
+        return "; ".join(
+            f"{name} on " + ", ".join(f"{m} ({seed_list(seeds)})" for m, seeds in on.items())
+            for name, on in self.machines.items()
+        )
+
+
+@dataclass
+class Answer:
+    """One family in one protocol: what Holm's correction runs over."""
+
+    protocol: Protocol
+    family: Family
+    comparisons: list[Comparison]
+    not_run: list[Contrast | Interaction]  # no runs of an arm, or no common seed
+    alpha: float  # the report's, or the plan's share of it
+
+    @property
+    def exploratory(self) -> str:
+        """Why its verdicts are exploratory; "" when its plan came before its runs."""
+        if self.family.exploratory:
+            return self.family.exploratory
+        after = self.protocol.name in WRITTEN_AFTER_THE_DATA and not self.family.planned
+        return "plan written after the data" if after else ""
+
+    @property
+    def tested(self) -> list[Comparison]:
+        """The comparisons its verdicts are about: on the headline test set (or, for long
+        buckets, on each long_* set), not the secondary sets reported beside them."""
+        return [c for c in self.comparisons if not c.secondary]
+
+    @property
+    def complete(self) -> bool:
+        """Every planned test has all its seeds (always, for a family without a plan)."""
+        seeds = {c.test: len(c.seeds) for c in self.tested}
+        planned = [(t, len(t.seeds)) for t in self.family.tests if t.seeds is not None]
+        return all(seeds.get(test) == n for test, n in planned)
+
+    @property
+    def size(self) -> int:
+        """Holm's m: a planned family's tests, or the comparisons with a p-value (2+ seeds)."""
+        if self.family.planned:
+            return len(self.family.tests)
+        return sum(c.difference.p_value is not None for c in self.tested)
+
+    @property
+    def runs(self) -> list[Run]:
+        """The runs its comparisons rest on, each once, in order of first use."""
+        return list({id(run): run for c in self.comparisons for run in c.runs}.values())
+
+    def record(self, c: Comparison) -> dict:
+        """One comparison's report.csv columns: its family, the difference over its paired seeds
+        with the unadjusted 95% CI, and its verdict (or how many planned seeds are in)."""
+        d, v, planned = c.difference, c.verdict, c.test.seeds
+        low, high = (d and d.ci95) or (None, None)
+        look = self.family.look if self.family.planned else None
+        record = {"protocol": self.protocol.name, "question": self.family.question, "look": look}
+        record |= {"family_size": self.size, "alpha": self.alpha}
+        record |= {"exploratory": self.exploratory or None, "comparison": c.test.describe()}
+        record |= {"test_set": c.test_set, "paired_seeds": " ".join(map(str, c.seeds))}
+        record["machines"] = c.describe_machines()
+        record["planned_seeds"] = None if planned is None else " ".join(map(str, planned))
+        record |= {"difference": d and d.mean, "ci95_low": low, "ci95_high": high}
+        record |= {"p_value": d and d.p_value, "holm_p": v and v.holm_p}
+        record |= {"tost_holm_p": v and v.holm_tost_p, "detectable": v and v.detectable}
+        record |= {"seeds_for_difference": v and v.seeds_for_difference}
+        record |= {"seeds_for_equivalence": v and v.seeds_for_equivalence}
+        n, of = len(c.seeds), len(planned or ())
+        waiting = f"waiting: {n} of {of} planned seeds in" if n < of else "waiting for its family"
+        waiting = SECONDARY if c.secondary else waiting
+        return record | {"verdict": v.verdict if v else waiting, "reason": v and v.reason or None}
+
+
+def other_arms(families: tuple[Family, ...], arms: list[str], reference: str) -> tuple[Family, ...]:
+    """The arms of `arms` that no test of `families` names, each against `reference`, as one
+    exploratory family (none where there is no such arm or no reference run)."""
+    named = {arm for family in families for test in family.tests for arm in test.arms}
+    others = [arm for arm in arms if arm not in named and arm != reference]
+    if not others or reference not in arms:
+        return ()
+    why = "an arm no declared question covers, compared after its runs"
+    return (Family(OTHER_ARMS, against(reference, *others), exploratory=why),)
+
+
+def answer_questions(
+    groups: dict[Configuration, list[Run]],
+    headline: str,
+    rules: Rules,
+    *,
+    reference: str = REFERENCE,
+) -> list[Answer]:
+    """Every family of every protocol that has runs (its plan's, or QUESTIONS, then the arms none
+    of them covers against `reference`), its comparisons judged together once it is complete."""
+    by_arm = {(c.protocol, c.name): runs for c, runs in groups.items()}
+    answers = []
+    for protocol in dict.fromkeys(c.protocol for c in groups):
+        families = PLANS.get(protocol.name, QUESTIONS)
+        arms = [c.name for c in groups if c.protocol == protocol]
+        for family in families + other_arms(families, arms, reference):
+            alpha = min(rules.alpha, family.alpha or rules.alpha)
+            answer = Answer(protocol, family, [], [], alpha)
+            seen = () if family.planned else WRITTEN_AFTER_THE_DATA.get(protocol.name, ())
+            for test in family.tests:
+                sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
+                sides = {
+                    arm: [run for run in runs if run.seed in seen or not seen]
+                    for arm, runs in sides.items()
+                }
+                tested, secondary = test_sets_of(test, sides, headline, family.planned)
+                found = [compare(test, sides, protocol, name) for name in tested]
+                found += [
+                    compare(test, sides, protocol, name, secondary=True) for name in secondary
+                ]
+                answer.comparisons += [c for c in found if c]
+                answer.not_run += [] if any(found) else [test]
+            if answer.complete:
+                verdicts = family_verdicts(
+                    [c.difference for c in answer.tested], replace(rules, alpha=alpha)
+                )
+                for comparison, verdict in zip(answer.tested, verdicts, strict=True):
+                    comparison.verdict = verdict
+            answers.append(answer)
+    return answers
+
+
+def test_sets_of(
+    test: Contrast | Interaction, sides: dict[str, list[Run]], headline: str, planned: bool
+) -> tuple[list[str], list[str]]:
+    """The test sets `test` is tested on (each long_* set every run has, for long buckets; else
+    the headline) and, beside the headline, the other sets every run of its seeds was scored on
+    (secondary: reported, never tested)."""
+    seeds = set(test.seeds or ())
+    runs = [run for side in sides.values() for run in side if not seeds or run.seed in seeds]
+    sets = shared_test_sets(runs) if runs and all(sides.values()) else []
+    if test.long_buckets:
+        return [name for name in sets if name.startswith(LONG_PREFIX)], []
+    tested = [headline] if headline in sets or planned else []
+    return tested, [name for name in sets if name != headline and not name.startswith(LONG_PREFIX)]
+
+
+def seed_list(seeds: list[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3, 5"."""
+    ranges: list[list[int]] = []
+    for seed in seeds:
+        if ranges and seed == ranges[-1][-1] + 1:
+            ranges[-1].append(seed)
+        else:
+            ranges.append([seed])
+    return ", ".join(
+        f"{found[0]}-{found[-1]}" if len(found) > 1 else str(found[0]) for found in ranges
+    )
+
+
+def compare(
+    test: Contrast | Interaction,
+    sides: dict[str, list[Run]],
+    protocol: Protocol,
+    test_set: str,
+    secondary: bool = False,
+) -> Comparison | None:
+    """The test on the seeds of its plan (or all) that every arm has run; None where no seed is
+    common and the plan fixes none."""
+    by_seed = {arm: {run.seed: run for run in runs} for arm, runs in sides.items()}
+    common = set.intersection(*(set(runs) for runs in by_seed.values()))
+    seeds = [s for s in (test.seeds or sorted(common)) if s in common]
+    if not seeds and test.seeds is None:
+        return None
+
+    def bleu(arm: str) -> list[float]:
+        return [by_seed[arm][s].scores(test_set)["bleu"] for s in seeds]
+
+    def change(c: Contrast) -> list[float]:
+        return [s - r for s, r in zip(bleu(c.system), bleu(c.reference), strict=True)]
+
+    if isinstance(test, Interaction):
+        sides_bleu = change(test.second), change(test.first)
+    else:
+        sides_bleu = bleu(test.reference), bleu(test.system)
+    runs = [by_seed[arm][s] for s in seeds for arm in test.arms]
+    difference = paired_difference(*sides_bleu) if seeds else None
+    ends = (Configuration(protocol, arm) for arm in test.arms[:2])
+    return Comparison(test, *ends, test_set, seeds, difference, runs, secondary=secondary)
