@@ -18,7 +18,7 @@ from minimt.model.positions import (
     RotaryPositions,
     SinusoidalPositions,
 )
-from tests.helpers import compose_config
+from tests.helpers import REPO, compose_config
 
 VOCAB = 300
 SMALL = ["model.d_model=32", "model.d_ff=64", "model.n_heads=4"]  # d_head 8
@@ -185,3 +185,17 @@ def test_a_positional_option_is_a_setting_a_resumed_run_must_keep():
         "pe.decoder_options.init_std: checkpoint None, config 0.02"
     ]
     assert resume_mismatches(saved, compose_config("pe=learned")) == []
+
+
+CONFIG_FILES = [
+    (group, path.stem)
+    for group in ("pe", "arm")
+    for path in sorted((REPO / "configs" / group).glob("*.yaml"))
+]
+
+
+@pytest.mark.parametrize(("group", "name"), CONFIG_FILES, ids=[f"{g}={n}" for g, n in CONFIG_FILES])
+def test_every_pe_and_arm_file_checks_and_builds_a_model(group, name):
+    model = build(f"{group}={name}")
+    src = torch.randint(4, VOCAB, (2, 6))
+    assert torch.isfinite(model(src, src)).all()

@@ -108,7 +108,13 @@ def flat_batch(src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.nda
     """The batch of rows given as (ids one after another, lengths) per side."""
     tgt_out = padded(*tgt, last=EOS_ID)
     real = torch.from_numpy(np.flatnonzero(tgt_out.numpy() != PAD_ID))
-    return Batch(padded(*src, last=EOS_ID), padded(*tgt, first=BOS_ID), tgt_out, real, len(real))
+    return Batch(
+        src=padded(*src, last=EOS_ID),
+        tgt_in=padded(*tgt, first=BOS_ID),
+        tgt_out=tgt_out,
+        real=real,
+        num_tgt_tokens=len(real),
+    )
 
 
 def prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
