@@ -2,8 +2,11 @@
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
-from minimt.runtime import device_name, threads_per_job
+from minimt.config import register_resolvers
+from minimt.runtime import device_name, parallel_jobs, threads_per_job
+from tests.helpers import REPO
 
 
 @pytest.mark.parametrize(
@@ -34,3 +37,20 @@ def test_without_parallel_jobs_torch_keeps_its_default():
 
 def test_the_device_is_named_cpu_on_the_cpu():
     assert device_name(torch.device("cpu")) == "cpu"
+
+
+def test_parallel_jobs_fit_the_gpu_memory_and_give_each_run_two_cores():
+    assert parallel_jobs(8, cores=16, gpu_free_gb=139) == 8  # two cores each bind first
+    assert parallel_jobs(8, cores=16, gpu_free_gb=30) == 3  # then the GPU's memory
+    assert parallel_jobs(8, cores=16, gpu_free_gb=5) == 1  # at least one run
+    if not torch.cuda.is_available():
+        assert parallel_jobs(8, cores=2) == 2  # a CPU: one run per core
+
+
+def test_the_auto_launcher_resolves_to_this_machines_jobs():
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(
+            "config", overrides=["hydra/launcher=parallel_auto"], return_hydra_config=True
+        )
+    assert cfg.hydra.launcher.n_jobs == parallel_jobs(8)

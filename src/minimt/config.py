@@ -14,6 +14,7 @@ from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
 from minimt.errors import MinimtError
 from minimt.model.positions import EncodingChoice, EncodingError, accepted_options, class_path
 from minimt.model.transformer import Transformer
+from minimt.runtime import parallel_jobs
 
 # What a checkpoint's weights depend on: a model built with other values cannot load them.
 ARCHITECTURE_KEYS = (
@@ -249,13 +250,18 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
 
 def register_resolvers() -> None:
     """`${minimt.run_dir:${resume},NEW}` (configs/config.yaml): a resumed run keeps its folder;
-    `${minimt.inverse_sqrt:${model.d_model}}`: d_model^-0.5, for settings given relative to it."""
+    `${minimt.inverse_sqrt:${model.d_model}}`: d_model^-0.5, for settings given relative to it;
+    `${minimt.parallel_jobs:GB}`: the runs this machine holds at once (runtime.parallel_jobs)."""
     if not OmegaConf.has_resolver("minimt.run_dir"):
         OmegaConf.register_new_resolver(
             "minimt.run_dir", lambda resume, new: str(run_dir_of(resume)) if resume else new
         )
     if not OmegaConf.has_resolver("minimt.inverse_sqrt"):
         OmegaConf.register_new_resolver("minimt.inverse_sqrt", lambda n: float(n) ** -0.5)
+    if not OmegaConf.has_resolver("minimt.parallel_jobs"):  # hydra/launcher=parallel_auto
+        OmegaConf.register_new_resolver(
+            "minimt.parallel_jobs", lambda gb: parallel_jobs(float(gb)), use_cache=True
+        )
 
 
 def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:

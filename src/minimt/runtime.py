@@ -69,12 +69,36 @@ def threads_per_job(num_threads: int | None, parallel_jobs: int | None, cores: i
     return max(cores // jobs, 1)
 
 
+def available_cores() -> int:
+    """The cores this process may run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
+
+
 def job_num_threads(num_threads: int | None) -> int | None:
     """trainer.num_threads, or this job's share of the cores it may run on when the Hydra
     launcher runs several jobs at once (its n_jobs: hydra/launcher=parallel)."""
     launcher = HydraConfig.get().launcher if HydraConfig.initialized() else {}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return threads_per_job(num_threads, launcher.get("n_jobs"), cores or 1)
+    return threads_per_job(num_threads, launcher.get("n_jobs"), available_cores())
+
+
+def parallel_jobs(
+    gpu_gb_per_job: float,
+    *,
+    cores: int | None = None,
+    gpu_free_gb: float | None = None,
+) -> int:
+    """How many runs of a sweep to start at once on this machine (hydra/launcher=parallel_auto):
+    on a CUDA machine as many as the GPU's free memory holds at `gpu_gb_per_job` each, but no
+    more than give each run two CPU threads (one collates and launches kernels, one is spare);
+    on a CPU one run per core, each on one thread. `cores` and `gpu_free_gb` default to this
+    machine's (gpu_free_gb None and no CUDA device: a CPU machine)."""
+    cores = available_cores() if cores is None else cores
+    if gpu_free_gb is None and torch.cuda.is_available():
+        gpu_free_gb = torch.cuda.mem_get_info()[0] / 2**30
+    if gpu_free_gb is None:
+        return cores
+    return max(1, min(int(gpu_free_gb // gpu_gb_per_job), cores // 2))
 
 
 def mimalloc_library() -> Path | None:
