@@ -119,16 +119,17 @@ class LiveRows:
 
 class FinishedHypotheses:
     """Beam search's finished hypotheses, kept on the device until the search ends: per sentence
-    up to `slots` of them in the order found, each its tokens, their number, its summed
-    log-probability and whether it ended with <eos>. One transfer brings them to the host."""
+    up to `slots` of them in the order found, each its row of LiveRows.ids (<bos>, the tokens,
+    padding), its summed log-probability and a code: 2 x its number of tokens, + 1 when it ended
+    with <eos>; -1 marks an empty slot. One transfer brings them to the host."""
 
-    def __init__(self, batch: int, slots: int, max_len: int, device: torch.device):
+    def __init__(self, batch: int, slots: int, width: int, device: torch.device):
         # Slot `slots` of each sentence takes the writes of the candidates that did not finish.
-        self.trash = slots
-        self.tokens = torch.zeros(batch, slots + 1, max_len, dtype=torch.long, device=device)
-        self.length = torch.full((batch, slots + 1), -1, device=device)  # -1: empty slot
-        self.log_prob = torch.zeros(batch, slots + 1, device=device)
-        self.eos = torch.zeros(batch, slots + 1, dtype=torch.bool, device=device)
+        self.trash, self.slots_per_sentence = slots, slots + 1
+        rows = batch * self.slots_per_sentence
+        self.ids = torch.zeros(rows, width, dtype=torch.long, device=device)  # (rows, 1 + T)
+        self.log_prob = torch.zeros(rows, dtype=torch.float64, device=device)
+        self.code = torch.full((rows,), -1.0, dtype=torch.float64, device=device)
         self.count = torch.zeros(batch, dtype=torch.long, device=device)  # (B',) slots filled
 
     def keep(self, keep: Tensor) -> None:
@@ -139,30 +140,31 @@ class FinishedHypotheses:
         self,
         rows: LiveRows,
         where: Tensor,
-        parent_beams: Tensor,
+        parents: Tensor,
         log_probs: Tensor,
         *,
         with_eos: bool,
     ) -> None:
-        """Finishes a hypothesis for each (b, j) where `where` (B', m) is True: live sentence b's
-        row parent_beams[b, j] as generated so far, summed log-probability log_probs[b, j];
-        with_eos when it ended with <eos>, which then counts in the length penalty."""
-        slot = self.count[:, None] + where.long().cumsum(dim=1) - 1  # (B', m)
-        slot = torch.where(where, slot, self.trash)
-        sentence = rows.sentence[:, None].expand_as(slot)  # (B', m)
-        n = rows.length - 1  # tokens generated so far
-        self.tokens[sentence, slot, :n] = rows.ids[rows.rows_of(parent_beams), 1 : rows.length]
-        self.length[sentence, slot] = n
-        self.log_prob[sentence, slot] = log_probs
-        self.eos[sentence, slot] = with_eos
+        """Finishes a hypothesis for each (b, j) where `where` (B', m) is True: the live row
+        parents[b, j] (0..N-1) as generated so far, summed log-probability log_probs[b, j];
+        with_eos when it ended with <eos>, which then counts in the length penalty. Every
+        candidate is written (to its sentence's trash slot where it does not finish), so that
+        nothing is read back to find which finished."""
+        slot = torch.where(where, self.count[:, None] + where.cumsum(dim=1) - 1, self.trash)
+        target = (rows.sentence[:, None] * self.slots_per_sentence + slot).view(-1)  # (B' * m,)
+        self.ids.index_copy_(0, target, rows.ids.index_select(0, parents.view(-1)))
+        self.log_prob.index_copy_(0, target, log_probs.reshape(-1).double())
+        self.code.index_fill_(0, target, 2 * (rows.length - 1) + int(with_eos))
         self.count += where.sum(dim=1)
 
-    def best(self, n_best: int, alpha: float) -> list[list[Hypothesis]]:
+    def best(self, n_best: int, alpha: float, *, width: int) -> list[list[Hypothesis]]:
         """Each sentence's n_best hypotheses, best first by log_prob / length_penalty_of(n,
-        alpha), n counting <eos> when it ended with one; ties stay in the order found."""
-        # float64 holds the ids, the lengths and the float32 log-probabilities exactly.
-        columns = (self.log_prob, self.length, self.eos)
-        found = torch.cat([*(c[..., None].double() for c in columns), self.tokens.double()], -1)
+        alpha), n counting <eos> when it ended with one; ties stay in the order found. `width`:
+        the columns of LiveRows.ids that the search filled (<bos> and the longest output)."""
+        # float64 holds the ids, the codes and the float32 log-probabilities exactly.
+        ids = self.ids[:, :width].double()
+        found = torch.cat([self.log_prob[:, None], self.code[:, None], ids], -1)
+        found = found.view(-1, self.slots_per_sentence, found.size(-1))  # (B, slots + 1, 3 + T)
         return [
             sorted(self._hypotheses(slots, alpha), key=lambda h: h.score, reverse=True)[:n_best]
             for slots in found[:, : self.trash].tolist()  # the one host read
@@ -170,13 +172,13 @@ class FinishedHypotheses:
 
     @staticmethod
     def _hypotheses(slots: list[list[float]], alpha: float) -> list[Hypothesis]:
-        """One sentence's filled slots, each [log_prob, length, eos, *tokens], as hypotheses."""
+        """One sentence's filled slots, each [log_prob, code, <bos>, *tokens], as hypotheses."""
         found = []
-        for log_prob, length, eos, *tokens in slots:
-            if length < 0:
+        for log_prob, code, _bos, *tokens in slots:
+            if code < 0:
                 break
-            n = int(length)
-            penalty = length_penalty_of(n + int(eos), alpha)
+            n, eos = divmod(int(code), 2)
+            penalty = length_penalty_of(n + eos, alpha)
             found.append(Hypothesis([int(t) for t in tokens[:n]], log_prob / penalty, log_prob))
         return found
 
@@ -270,7 +272,7 @@ def beam_search(
     log_probs = torch.zeros(batch, 1, device=device)  # (B', k): <bos> alone at first
     n_finished = torch.zeros_like(rows.max_lens)  # (B',) hypotheses ended with <eos>
     # A live sentence holds at most 2 * beam - 1 of those, then up to beam cut at its maximum.
-    finished = FinishedHypotheses(batch, 3 * beam, rows.max_steps, device)
+    finished = FinishedHypotheses(batch, 3 * beam, 1 + rows.max_steps, device)
     most_finished = 0  # the host's bound on any sentence's n_finished
     for step in itertools.count():  # every sentence is done at its maximum length at the latest
         may_reach_max = step >= rows.min_steps
@@ -278,8 +280,8 @@ def beam_search(
         if may_reach_max:
             at_max = step >= rows.max_lens  # (B',)
             cut = at_max[:, None] & (log_probs != float("-inf"))  # (B', k)
-            beams = torch.arange(rows.k, device=device).expand_as(cut)
-            finished.add(rows, cut, beams, log_probs, with_eos=False)
+            every_row = torch.arange(cut.numel(), device=device).view_as(cut)  # (B', k)
+            finished.add(rows, cut, every_row, log_probs, with_eos=False)
             done |= at_max
         if may_reach_max or most_finished >= beam:  # else no sentence can be done yet
             n_live = done.size(0) - int(done.sum())  # the step's host read
@@ -297,12 +299,13 @@ def beam_search(
         live = cand_is_eos.sort(dim=1, stable=True).indices[:, :beam]  # (B', beam)
         # > -inf is isfinite here: log-probabilities are never +inf, and NaN compares False
         ending = cand_is_eos[:, :beam] & (cand_log_probs[:, :beam] > float("-inf"))  # (B', beam)
-        finished.add(rows, ending, cand_beam[:, :beam], cand_log_probs[:, :beam], with_eos=True)
+        parents = rows.rows_of(cand_beam[:, :beam])  # (B', beam)
+        finished.add(rows, ending, parents, cand_log_probs[:, :beam], with_eos=True)
         n_finished += ending.sum(dim=1)
         most_finished += min(rows.k, beam)  # each row ends at most one of the first beam
         rows.append(cand_token.gather(1, live), parent_beams=cand_beam.gather(1, live))
         log_probs = cand_log_probs.gather(1, live)  # (B', beam)
-    return finished.best(n_best, length_penalty)
+    return finished.best(n_best, length_penalty, width=rows.length)
 
 
 def best_extensions(
