@@ -5,13 +5,10 @@ and get an exploratory verdict from report.py; without their module on PYTHONPAT
 ends in one line naming it."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, run_script
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -19,17 +16,9 @@ PLUGINS = REPO / "tests" / "plugins"
 ARMS = ("full_sinusoidal", "my_binary", "my_reversed", "my_penalty")
 
 
-def script(name: str, *args: str, plugins: bool = True, stdin: bytes | None = None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(PLUGINS) if plugins else ""
-    return subprocess.run(
-        [sys.executable, f"scripts/{name}.py", *args],
-        cwd=REPO,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        timeout=900,
-    )
+def script(name: str, *args: str, plugins: bool = True, stdin: bytes = b""):
+    """The script in a fresh process, tests/plugins on its PYTHONPATH or (plugins=False) not."""
+    return run_script(f"{name}.py", *args, stdin=stdin, PYTHONPATH=str(PLUGINS) if plugins else "")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +76,7 @@ def test_report_gives_each_outside_arm_an_exploratory_verdict_against_the_refere
 
 
 def test_without_the_module_on_pythonpath_a_script_names_it_in_one_line(sweep):
-    result = script("translate", f"run={sweep / 'my_binary' / 'seed1'}", plugins=False, stdin=b"")
+    result = script("translate", f"run={sweep / 'my_binary' / 'seed1'}", plugins=False)
     stderr = result.stderr.decode().strip()
     assert result.returncode != 0 and "Traceback" not in stderr
     assert len(stderr.splitlines()) <= 2, stderr
