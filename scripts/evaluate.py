@@ -145,6 +145,7 @@ def main(argv: list[str]) -> None:
         average_last_checkpoints(checkpoint_dir(run), args.average)
         checkpoint = "averaged"
     translator = Translator.from_run(run, checkpoint, args.device, args.batch_tokens)
+    translator.check_beams(as_list(args.beam))
     sets = evaluation_sets(translator.config.data, as_list(args.split), args.src, args.ref)
 
     def hyps_path(name: str, beam: int) -> Path:

@@ -98,5 +98,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    reexec_with_mimalloc()
+    one_line_errors(reexec_with_mimalloc)()  # a Ctrl-C this early is one line too
     main()

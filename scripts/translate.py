@@ -52,6 +52,7 @@ def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE, RULES)
     setup_logging()
     translator = Translator.from_run(args.run, args.checkpoint, args.device, args.batch_tokens)
+    translator.check_beams([args.beam])
     if args.input is None:
         lines = read_input_lines(sys.stdin.buffer, "stdin")
     else:

@@ -3,24 +3,37 @@ line, no temp file), and validation pairs longer than the position table (skippe
 counted in metrics.json, refused when none fits)."""
 
 import errno
+import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from torch.utils.tensorboard import SummaryWriter
 
 import minimt.data.corpus as corpus
-from minimt import atomic
+from minimt import atomic, runtime
 from minimt.atomic import WriteError, atomic_write
-from minimt.cli import one_line_errors
+from minimt.cli import Terminated, one_line_errors
+from minimt.config import ConfigError, validate_config
 from minimt.data.corpus import DataError, fetch_multi30k_file
 from minimt.data.splits import prepare_data
 from minimt.study.views import study_hooks
-from minimt.train.loop import train
-from tests.helpers import ENV, REPO, compose_config, error_line, tiny_run_overrides
+from minimt.train.loop import StopRequest, train
+from minimt.train.progress import event_write_faults
+from minimt.translator import Translator
+from tests.helpers import (
+    ENV,
+    REPO,
+    compose_config,
+    error_line,
+    tiny_run_overrides,
+    tiny_transformer,
+)
 
 NO_SPACE = "No space left on device"
 
@@ -222,3 +235,83 @@ def test_a_table_no_validation_pair_fits_is_refused_before_training(multi30k_dir
         str(raised.value),
     ), raised.value
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# Found by tests/test_fuzz_faults.py
+
+
+def test_a_batch_smaller_than_the_longest_training_pair_is_refused_before_training(
+    multi30k_dir, tmp_path
+):
+    overrides = tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.batch_tokens=5")
+    with pytest.raises(DataError) as raised:
+        train(compose_config(*overrides, "data.max_train_len=18"), tmp_path / "run")
+    assert re.fullmatch(
+        r"trainer.batch_tokens=5 is smaller than the (\d+) positions the longest training pair "
+        r"needs \(counting <bos>/<eos>; data.max_train_len=18 keeps pairs of up to 18 tokens a "
+        r"side\): raise trainer.batch_tokens to at least \1, or lower data.max_train_len to 4",
+        str(raised.value),
+    ), raised.value
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_test_beam_the_vocabulary_cannot_hold_is_a_config_error():
+    cfg = compose_config("experiment=smoke", "decoding.test_beam=501")
+    with pytest.raises(
+        ConfigError,
+        match=r"decoding.test_beam=501 needs a target vocabulary of "
+        r"at least 1002 tokens .* tokenizer.vocab_size=1000: lower "
+        r"decoding.test_beam to 500",
+    ):
+        validate_config(cfg)
+
+
+def test_a_beam_the_checkpoints_vocabulary_cannot_hold_is_refused_before_decoding():
+    model = tiny_transformer(40)
+    translator = Translator(model, None, max_len_a=1.5, max_len_b=10, batch_tokens=100)
+    translator.model_name = "run/checkpoints/best.pt"
+    translator.check_beams([1, 20])
+    with pytest.raises(ConfigError) as raised:
+        translator.check_beams([1, 21, 30])
+    assert str(raised.value) == (
+        "beam=21 needs a target vocabulary of at least 42 tokens (beam search ranks 2 x beam "
+        "extensions a step); run/checkpoints/best.pt has 40: use beam <= 20"
+    )
+
+
+def test_a_refused_event_file_write_is_one_line_naming_it_without_the_threads_traceback(
+    tmp_path, monkeypatch, capfd
+):
+    real_open = io.open
+
+    def refusing(file, mode="r", *args, **kwargs):
+        if "tfevents" in str(file) and "a" in mode:
+            raise OSError(errno.ENOSPC, NO_SPACE)
+        return real_open(file, mode, *args, **kwargs)
+
+    with pytest.raises(WriteError) as raised, event_write_faults(tmp_path):
+        with SummaryWriter(tmp_path) as writer:
+            monkeypatch.setattr(io, "open", refusing)
+            writer.add_scalar("train/loss", 1.0, 1)
+            writer.flush()
+    assert str(raised.value).startswith(f"could not write {tmp_path}/events.out.tfevents.*: ")
+    assert NO_SPACE in str(raised.value)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_signal_after_the_training_loop_stops_at_once():
+    with pytest.raises(Terminated), StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # during the loop: noted, read at a step boundary
+        assert stop.signal == "SIGTERM"
+        stop.at_once()  # the loop is over: nothing reads it any more
+
+
+def test_ctrl_c_while_train_py_picks_its_allocator_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runtime, "mimalloc_library", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        one_line_errors(runtime.reexec_with_mimalloc)()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err.startswith("interrupted (SIGINT)")

@@ -238,6 +238,14 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
             f"{cfg.data.max_train_len + 1} (room for <bos>/<eos>), got {cfg.model.max_seq_len}"
         )
+    test_beam, vocab_size = cfg.decoding.test_beam, cfg.tokenizer.vocab_size
+    if 2 * test_beam > vocab_size:  # what beam search needs (minimt.model.search.beam_search)
+        problems.append(
+            f"decoding.test_beam={test_beam} needs a target vocabulary of at least "
+            f"{2 * test_beam} tokens (beam search ranks 2 x beam extensions a step), but "
+            f"tokenizer.vocab_size={vocab_size}: lower decoding.test_beam to {vocab_size // 2} "
+            "or raise tokenizer.vocab_size"
+        )
     average_last, keep = cfg.trainer.average_last, cfg.trainer.keep_checkpoints
     if average_last is not None and average_last > keep:
         problems.append(

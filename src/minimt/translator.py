@@ -14,11 +14,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from minimt.config import ConfigError
 from minimt.data.batching import source_tensor, token_batches
 from minimt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from minimt.model.search import beam_search, greedy_decode
 from minimt.model.transformer import Transformer
-from minimt.rundir import load_model
+from minimt.rundir import checkpoint_path, load_model
 from minimt.runtime import pick_device, precision_autocast, resolve_precision
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class Translator:
         self.precision = precision
         self.use_cache = use_cache  # False re-runs the decoder over the prefix (for benchmarks)
         self.config: DictConfig | None = None  # the run's config, when built from one
+        self.model_name = "the model"  # what errors call it: the checkpoint, when built from one
 
     @classmethod
     def from_config(
@@ -103,7 +105,24 @@ class Translator:
         model, tokenizers, cfg = load_model(run_dir, checkpoint)
         torch_device = pick_device(device)
         precision = resolve_precision(cfg.trainer.precision, torch_device)
-        return cls.from_config(model.to(torch_device), tokenizers, cfg, precision, batch_tokens)
+        translator = cls.from_config(
+            model.to(torch_device), tokenizers, cfg, precision, batch_tokens
+        )
+        translator.model_name = str(checkpoint_path(run_dir, checkpoint))
+        return translator
+
+    def check_beams(self, beams: Sequence[int], *, key: str = "beam") -> None:
+        """A ConfigError naming `key` for the first beam size this model cannot decode with: beam
+        search ranks 2 * beam extensions a step, so the target vocabulary needs 2 * beam tokens.
+        Callers check every beam they will use before decoding any sentence."""
+        vocab = self.model.output_matrix.size(0)
+        for beam in beams:
+            if 2 * beam > vocab:
+                raise ConfigError(
+                    f"{key}={beam} needs a target vocabulary of at least {2 * beam} tokens (beam "
+                    f"search ranks 2 x beam extensions a step); {self.model_name} has {vocab}: "
+                    f"use {key} <= {vocab // 2}"
+                )
 
     def translate(
         self, lines: Sequence[str], beam: int = 1, length_penalty: float = 1.0
@@ -112,6 +131,7 @@ class Translator:
         file of translations stays aligned with its source); blank lines give empty ones."""
         if beam < 1:
             raise ValueError(f"beam must be >= 1, got {beam}")
+        self.check_beams([beam])
         outputs = [""] * len(lines)
         todo = [i for i, line in enumerate(lines) if line.strip()]
         hyps = self.translate_ids([lines[i] for i in todo], beam, length_penalty)

@@ -172,6 +172,7 @@ def prepare_data(cfg: DictConfig) -> RunData:
         )
         train_pairs = train_pairs.select(rows, keep_in_memory=True)
     batch_tokens, max_seq_len = cfg.trainer.batch_tokens, cfg.model.max_seq_len
+    check_batch_tokens(train_pairs, batch_tokens=batch_tokens, max_train_len=data.max_train_len)
     val_pairs = tokenize_pairs(tokenizers, text_pairs(*splits.val))
     scored, skipped = validation_loss_pairs(val_pairs, max_seq_len=max_seq_len)
     cut = sources_cut(tokenizers, splits, max_seq_len=max_seq_len)
@@ -183,6 +184,21 @@ def prepare_data(cfg: DictConfig) -> RunData:
         summary=training_summary(train_pairs)
         | {"val_pairs_skipped_by_loss": skipped, "sources_cut": cut},
     )
+
+
+def check_batch_tokens(pairs: datasets.Dataset, *, batch_tokens: int, max_train_len: int) -> None:
+    """A DataError naming trainer.batch_tokens and data.max_train_len when the longest training
+    pair needs more positions than a batch holds: its batch would exceed the budget that
+    trainer.batch_tokens promises (and sizes memory by)."""
+    longest = int(positions_needed(pairs).max(initial=0))
+    if longest > batch_tokens:
+        raise DataError(
+            f"trainer.batch_tokens={batch_tokens} is smaller than the {longest} positions the "
+            f"longest training pair needs (counting <bos>/<eos>; data.max_train_len="
+            f"{max_train_len} keeps pairs of up to {max_train_len} tokens a side): raise "
+            f"trainer.batch_tokens to at least {longest}, or lower data.max_train_len to "
+            f"{max(batch_tokens - 1, 1)}"
+        )
 
 
 def validation_loss_pairs(

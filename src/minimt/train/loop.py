@@ -22,6 +22,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import resume_checkpoint
+from minimt.cli import STOP_SIGNALS
 from minimt.config import ConfigError, validate_config
 from minimt.data.splits import RunData, prepare_data
 from minimt.errors import MinimtError
@@ -37,7 +38,13 @@ from minimt.train.evaluation import (
     validate_and_keep_best,
 )
 from minimt.train.memory import PeakMemory
-from minimt.train.progress import Window, log_start, log_window, progress_bar
+from minimt.train.progress import (
+    Window,
+    event_write_faults,
+    log_start,
+    log_window,
+    progress_bar,
+)
 from minimt.train.state import (
     Clock,
     TrainState,
@@ -54,13 +61,22 @@ log = logging.getLogger(__name__)
 
 class StopRequest:
     """While entered, the first SIGINT/SIGTERM sets `.signal` (the loop saves and exits) instead
-    of killing the process; a second SIGINT interrupts at once. No-op off the main thread."""
+    of killing the process; a second SIGINT interrupts at once, and so does any signal after
+    `at_once()`. No-op off the main thread."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.signal: str | None = None
+        self._at_once = False
         self._previous: dict[int, object] = {}
+
+    def at_once(self) -> None:
+        """From now on a signal raises (KeyboardInterrupt, Terminated) where it lands: the loop is
+        over, no step boundary will read `.signal`. One that came since the last read raises now."""
+        self._at_once = True
+        if self.signal is not None:
+            raise STOP_SIGNALS[signal.Signals[self.signal]]
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
@@ -73,8 +89,8 @@ class StopRequest:
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        if self._at_once or (self.signal is not None and signum == signal.SIGINT):
+            raise STOP_SIGNALS[signal.Signals(signum)]
         self.signal = signal.Signals(signum).name
 
 
@@ -131,6 +147,7 @@ def run_training(
     host_check, unsettled = checks_on_host(device), []
     reason, interrupted = "trainer.max_epochs reached", False
     with (
+        event_write_faults(run_dir),
         SummaryWriter(run_dir, purge_step=state.step + 1 if resumed else None)
         if dist.is_main
         else nullcontext() as writer,
@@ -184,6 +201,7 @@ def run_training(
                 f"{reason}: stopped at step {state.step}, checkpoint saved in {ckpt_dir}; "
                 f"resume with the same settings plus resume={run_dir}"
             )
+        stop.at_once()  # the final validation, checkpoint and test scores: stopped where it lands
         log.info("training stopped at step %d: %s", state.step, reason)
         validated = state.val_history and state.val_history[-1]["step"] == state.step
         if dist.is_main and not validated:
@@ -231,6 +249,7 @@ def set_up(cfg: DictConfig, run_dir: Path, dist: Distributed) -> Setup:
     state.sessions.append(session(device))
     check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
+    translator.check_beams([cfg.decoding.test_beam], key="decoding.test_beam")
     if dist.is_main:
         log_start(training, device, trainer, dist.world_size)
     return Setup(data, training, state, translator, device)

@@ -4,23 +4,70 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
 
+import tensorboard
 import torch
+import torch.utils.tensorboard
 from omegaconf import DictConfig
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from minimt.atomic import WriteError, why_not_written
 from minimt.data.corpus import Pairs
+from minimt.errors import MinimtError
 from minimt.train.state import TrainState
 from minimt.train.step import Training
 
 log = logging.getLogger(__name__)
 
 SAMPLES = 3  # validation sentences shown as text at each validation
+# The code that writes event files: an OSError raised in it is an event write's.
+EVENT_WRITERS = tuple(
+    str(Path(package.__file__).parent) + os.sep
+    for package in (tensorboard, torch.utils.tensorboard)
+)
+
+
+@contextmanager
+def event_write_faults(log_dir: Path) -> Iterator[None]:
+    """Inside, an OSError that TensorBoard raises writing event files (a full disk, a refused
+    write) is a WriteError naming the file, so that the run stops with one line like a failed
+    checkpoint. TensorBoard writes on a thread of its own and raises its failure at the next
+    call; that thread's printed traceback is left out (the error is reported here, once)."""
+    thread_hook = threading.excepthook
+
+    def quiet(args: threading.ExceptHookArgs) -> None:
+        if not (isinstance(args.exc_value, OSError) and _in_event_writer(args.exc_traceback)):
+            thread_hook(args)
+
+    threading.excepthook = quiet
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, MinimtError) or not _in_event_writer(error.__traceback__):
+            raise
+        named = error.filename
+        path = Path(os.fsdecode(named)) if named else log_dir / "events.out.tfevents.*"
+        raise WriteError(f"could not write {path}: {why_not_written(error, path)}") from error
+    finally:
+        threading.excepthook = thread_hook
+
+
+def _in_event_writer(trace: TracebackType | None) -> bool:
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename.startswith(EVENT_WRITERS):
+            return True
+        trace = trace.tb_next
+    return False
 
 
 def progress_bar(total: int, initial: int, show: bool) -> tqdm:
