@@ -268,7 +268,9 @@ def test_decoding_reads_the_device_at_most_once_per_step(monkeypatch, trained, b
 def test_output_length_bounds_hold_every_source_length_of_the_width():
     for width, a, b, cap in [(7, 1.5, 10, 30), (7, 1.5, 10, 12), (5, 0.0, 0, 9), (3, -1.0, 2, 9)]:
         lengths = max_output_lengths(torch.arange(width + 1), a, b, cap).tolist()
-        assert output_length_bounds(width, a, b, cap) == (min(lengths), max(lengths))
+        assert output_length_bounds((0, width), a, b, cap) == (min(lengths), max(lengths))
+        two = sorted(lengths[2:4])
+        assert output_length_bounds((2, 3), a, b, cap) == (two[0], two[1])
 
 
 def test_live_rows_take_their_numbers_by_keyword():

@@ -11,12 +11,14 @@ writes them as JSON to `out` when given.
 """
 
 import importlib.util
+import inspect
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -49,6 +51,17 @@ def search_at(rev: str) -> ModuleType:
     return module
 
 
+def taking_lengths(decode: Callable) -> Callable:
+    """`decode`, accepting the src_lengths today's Translator passes where it predates them."""
+    if "src_lengths" in inspect.signature(decode).parameters:
+        return decode
+
+    def call(*args: object, src_lengths: object = None, **kwargs: object) -> object:
+        return decode(*args, **kwargs)
+
+    return call
+
+
 @one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE)
@@ -63,8 +76,8 @@ def main(argv: list[str]) -> None:
     for _ in range(args.repeats):
         for variant, beam in VARIANTS.items():
             for name, search in searches.items():
-                translator_module.greedy_decode = search.greedy_decode
-                translator_module.beam_search = search.beam_search
+                translator_module.greedy_decode = taking_lengths(search.greedy_decode)
+                translator_module.beam_search = taking_lengths(search.beam_search)
                 start = time.process_time()
                 outputs[variant, name] = translator.translate(sources, beam=beam)
                 seconds[variant, name].append(time.process_time() - start)

@@ -154,15 +154,20 @@ class Translator:
         budget = max(2 * self.batch_tokens // beam, 1)
         for indices in token_batches([len(ids) + 1 for ids in src_ids], budget):
             src = source_tensor([src_ids[i] for i in indices]).to(device)
+            lengths = [len(src_ids[i]) + 1 for i in indices]  # with <eos>, as src holds them
             with autocast:
-                best = self._decode(src, beam, length_penalty)
+                best = self._decode(src, lengths, beam, length_penalty)
             for i, hyp in zip(indices, best, strict=True):
                 outputs[i] = hyp
         return outputs
 
-    def _decode(self, src: torch.Tensor, beam: int, length_penalty: float) -> list[list[int]]:
+    def _decode(
+        self, src: torch.Tensor, lengths: list[int], beam: int, length_penalty: float
+    ) -> list[list[int]]:
+        """src (B, S) padded sources of these lengths -> each one's best target ids."""
         specials = {"bos_id": BOS_ID, "eos_id": EOS_ID, "pad_id": PAD_ID}
         options = dict(max_len_a=self.max_len_a, max_len_b=self.max_len_b, use_cache=self.use_cache)
+        options["src_lengths"] = lengths
         if beam == 1:
             return greedy_decode(self.model, src, **specials, **options)
         nbest = beam_search(

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -17,10 +18,10 @@ def max_output_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tenso
     return torch.floor(src_lengths.double() * a + b).long().clamp(max=cap)
 
 
-def output_length_bounds(width: int, a: float, b: int, cap: int) -> tuple[int, int]:
-    """The least and greatest max_output_lengths of any source in a batch padded to width,
-    from the host's own numbers (no length is read back from the device)."""
-    ends = [min(math.floor(length * a + b), cap) for length in (0, width)]
+def output_length_bounds(lengths: Sequence[int], a: float, b: int, cap: int) -> tuple[int, int]:
+    """The least and greatest max_output_lengths of sources of these lengths, from the host's
+    own numbers (no length is read back from the device)."""
+    ends = [min(math.floor(length * a + b), cap) for length in lengths]
     return min(ends), max(ends)
 
 
@@ -44,7 +45,8 @@ class LiveRows:
     B' unfinished sentences, N = B' * k. Finished sentences leave it (drop); use_cache=False
     re-runs the decoder over the whole prefix at every step (the reference path).
 
-    Nothing here reads a value back from the device: from the padded width the host knows the
+    Nothing here reads a value back from the device: from the sources' lengths where the caller
+    knows them (src_lengths, <eos> included), else from the padded width, the host knows the
     first step at which a sentence may reach its maximum length (min_steps) and the most steps
     any may take (max_steps); the decoders read which sentences are done once per step."""
 
@@ -58,15 +60,15 @@ class LiveRows:
         bos_id: int,
         pad_id: int,
         use_cache: bool,
+        src_lengths: Sequence[int] | None = None,
     ):
         """src (B, S) padded source; a sentence generates at most max_output_lengths tokens."""
         batch, device = src.size(0), src.device
         cap = model.max_seq_len - 1
-        src_lengths = (src != pad_id).sum(dim=1)  # (B,)
-        self.max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b, cap)  # (B',)
-        self.min_steps, self.max_steps = output_length_bounds(
-            src.size(1), max_len_a, max_len_b, cap
-        )
+        real = (src != pad_id).sum(dim=1)  # (B,) each source's length, on the device
+        self.max_lens = max_output_lengths(real, max_len_a, max_len_b, cap)  # (B',)
+        lengths = (0, src.size(1)) if src_lengths is None else src_lengths
+        self.min_steps, self.max_steps = output_length_bounds(lengths, max_len_a, max_len_b, cap)
         memory = model.encode(src)  # (B, S, d_model)
         self.model = model
         self.sentence = torch.arange(batch, device=device)  # (B',) index of each live sentence
@@ -194,6 +196,7 @@ def greedy_decode(
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     use_cache: bool = True,
+    src_lengths: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Batched greedy decoding: (B, S) padded source -> per sentence its ids, <bos>/<eos> stripped.
     Each sentence may emit at most max_output_lengths(len, max_len_a, max_len_b) tokens, capped so
@@ -207,6 +210,7 @@ def greedy_decode(
         bos_id=bos_id,
         pad_id=pad_id,
         use_cache=use_cache,
+        src_lengths=src_lengths,
     )
     outputs: list[list[int]] = [[] for _ in range(src.size(0))]
     live = list(range(src.size(0)))  # the sentence of each row
@@ -243,6 +247,7 @@ def beam_search(
     length_penalty: float = 1.0,
     n_best: int = 1,
     use_cache: bool = True,
+    src_lengths: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: (B, S) padded source -> per sentence its n_best hypotheses, best first.
 
@@ -268,6 +273,7 @@ def beam_search(
         bos_id=bos_id,
         pad_id=pad_id,
         use_cache=use_cache,
+        src_lengths=src_lengths,
     )
     log_probs = torch.zeros(batch, 1, device=device)  # (B', k): <bos> alone at first
     n_finished = torch.zeros_like(rows.max_lens)  # (B',) hypotheses ended with <eos>
