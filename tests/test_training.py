@@ -184,23 +184,40 @@ def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
     run_dir, _ = smoke_run
     tags = scalars(run_dir)
     need = {
-        "train/loss",
+        "Loss/train",
         "train/lr",
         "train/grad_norm",
         "train/tokens_per_sec",
-        "val/loss",
+        "Loss/val",
         "val/ppl",
-        "val/bleu",
-        "test/bleu",
+        "BLEU/val",
+        "chrF/val",
+        "BLEU/test",
+        "chrF/test",
     }
     assert need <= set(tags)
-    losses = tags["train/loss"]
+    losses = tags["Loss/train"]
     assert losses[-1] < losses[0] - 1.0, losses
     assert all(math.isfinite(x) for x in losses)
     validations = [
         v["step"] for v in json.loads((run_dir / "metrics.json").read_text())["val_history"]
     ]
     assert [step for step, _ in texts(run_dir, "val/samples")] == validations
+
+
+@pytest.mark.slow
+def test_tensorboard_opens_on_bleu_and_loss(smoke_run):
+    """TensorBoard's Time Series and Scalars tabs open their first two tag groups (the text
+    before a tag's first "/"), in character-code order, scalars and images together."""
+    run_dir, _ = smoke_run
+    tags = set()
+    for path in run_dir.glob("events.out.tfevents*"):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"]) | set(acc.Tags()["images"])
+    groups = sorted({tag.split("/")[0] for tag in tags})
+    assert groups[:2] == ["BLEU", "Loss"]
+    assert {"cross_attention", "embedding", "positions"} <= set(groups[2:])
 
 
 @pytest.mark.slow

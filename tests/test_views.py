@@ -154,8 +154,8 @@ def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
     assert [m.name.tag for m in experiment.metric_infos] == [
         "val/best_bleu",
         "val/loss_at_best",
-        "test/bleu",
-        "test_average/bleu",
+        "BLEU/test",
+        "BLEU/test_average",
     ]
 
     (group,) = groups
@@ -188,7 +188,7 @@ def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
     assert metrics == {
         "val/best_bleu": (30.5, 120),
         "val/loss_at_best": (2.5, 120),
-    }  # test/bleu and test_average/bleu: train.evaluation.finish logs them, not log_hparams
+    }  # BLEU/test and BLEU/test_average: train.evaluation.finish logs them, not log_hparams
 
     accumulator = events(writer)
     assert set(accumulator.Tags()["scalars"]) == {"val/best_bleu", "val/loss_at_best"}
@@ -197,14 +197,14 @@ def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
 
 def test_hparams_metrics_are_the_runs_last_scalars(writer, tmp_path):
     for step, bleu in ((50, 20.0), (120, 31.0)):  # as score_checkpoint logs the headline set
-        writer.add_scalar("test/bleu", bleu, step)
+        writer.add_scalar("BLEU/test", bleu, step)
     log_hparams(writer, study_config(), FINISHED | {"val_history": []})
     writer.flush()
 
     experiment, (group,) = hparams_plugin_view(tmp_path)
-    assert [m.name.tag for m in experiment.metric_infos] == ["val/best_bleu", "test/bleu"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/best_bleu", "BLEU/test"]
     metrics = {m.name.tag: m.value for m in group.metric_values}
-    assert metrics == {"val/best_bleu": 30.5, "test/bleu": 31.0}
+    assert metrics == {"val/best_bleu": 30.5, "BLEU/test": 31.0}
 
 
 @pytest.mark.parametrize(

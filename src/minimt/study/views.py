@@ -26,6 +26,7 @@ from minimt.data.tokenizer import EOS_ID, TokenizerPair
 from minimt.model.positions import BUILT_IN_ENCODINGS, EncodingChoice
 from minimt.model.transformer import MultiHeadAttention, Transformer
 from minimt.train.evaluation import Hook, RunContext
+from minimt.train.progress import scalar_tag
 
 ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each validation draws
 FIGURE_DPI = 150  # pixels per inch of every figure: labels stay sharp when scaled to fit
@@ -71,7 +72,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
     """The run's HPARAMS entry, in the writer's own event file (its folder is the session):
     hparams_row's settings, STUDY_VARIABLES marked `differs`, and as metrics the last value of
     scalar tags in the run: val/best_bleu and val/loss_at_best (the val loss at that step),
-    written here at the final step, then test/bleu and test_average/bleu where the run has them."""
+    written here at the final step, then BLEU/test and BLEU/test_average where the run has them."""
     step = metrics["steps"]
     scores = {"val/best_bleu": metrics["best_val_bleu"]}
     best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
@@ -81,7 +82,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         writer.add_scalar(tag, value, step)
     for key in ("test", "test_average"):  # scored and logged by train.evaluation.finish
         if metrics.get(key):
-            scores[f"{key}/bleu"] = next(iter(metrics[key].values()))["bleu"]
+            scores[scalar_tag(key, "bleu")] = next(iter(metrics[key].values()))["bleu"]
     row = hparams_row(cfg)
     # the built-in names, and a class's import path where a side names one
     encodings = list(dict.fromkeys([*BUILT_IN_ENCODINGS, row["pe.encoder"], row["pe.decoder"]]))
