@@ -2,6 +2,8 @@
 Holm over its fixed size; an interaction is the per-seed difference of two differences; the init
 ratio of a run that did not record it is the one its config gives."""
 
+import copy
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,16 +21,32 @@ from tests.helpers import compose_config
 TEST_SET = "test_2016_flickr"
 
 
+@functools.cache
+def arm_config(arm: str, experiment: str) -> dict:
+    """The resolved config of `arm`, composed once: Hydra's compose is most of these tests' time."""
+    return OmegaConf.to_container(
+        compose_config(f"experiment={experiment}", f"arm={arm}"), resolve=True
+    )
+
+
 def run(arm: str, seed: int, bleu: float, experiment: str = "study_cpu") -> Run:
-    cfg = compose_config(f"experiment={experiment}", f"arm={arm}", f"trainer.seed={seed}")
+    config = copy.deepcopy(arm_config(arm, experiment))
+    config["trainer"]["seed"] = seed  # no other key of the configs interpolates it
     metrics = {
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": config,
         "choices": {"experiment": experiment, "arm": arm},
         "test": {TEST_SET: {"bleu": bleu}},
         "precision": "fp32",
         "device": "cpu",
     }
     return Run(Path(f"{arm}/seed{seed}"), metrics)
+
+
+def test_a_runs_seed_changes_only_trainer_seed_in_its_resolved_config():
+    composed = compose_config("experiment=study_cpu", "arm=sinusoid_rms_learned", "trainer.seed=9")
+    assert run("sinusoid_rms_learned", 9, 39).metrics["config"] == OmegaConf.to_container(
+        composed, resolve=True
+    )
 
 
 def scores(arm: str, seeds, base: float, step: float) -> list[Run]:
