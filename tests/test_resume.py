@@ -22,21 +22,41 @@ def final_weights(run_dir, step):
     return load_checkpoint(run_dir / "checkpoints" / f"step_{step}.pt")["model"]
 
 
-def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(multi30k_dir, tmp_path):
-    data = tmp_path / "data"
-    straight = train(tiny_run_config(multi30k_dir, data, "trainer.max_steps=30"), tmp_path / "a")
-    # stop at step 15: mid-epoch (about 9 batches per epoch) and between two saves
-    train(tiny_run_config(multi30k_dir, data, "trainer.max_steps=15"), tmp_path / "b")
+# On CUDA the skipped updates are counted at log, validation and checkpoint steps (loop.settle).
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
+
+
+@DEVICES
+def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(
+    multi30k_dir, tmp_path, device
+):
+    """Stopped at step 15 (mid-epoch, about 9 batches per epoch, between two saves) and resumed:
+    step 30's weights equal an uninterrupted run's on the CPU (dropout 0.1: RNG state restored
+    too); on CUDA equal up to rounding, since some CUDA kernels (memory-efficient attention's
+    backward) sum in an order that varies by run."""
+    data, on = tmp_path / "data", f"trainer.device={device}"
+    straight = train(
+        tiny_run_config(multi30k_dir, data, on, "trainer.max_steps=30"), tmp_path / "a"
+    )
+    train(tiny_run_config(multi30k_dir, data, on, "trainer.max_steps=15"), tmp_path / "b")
     resumed = train(
-        tiny_run_config(multi30k_dir, data, "trainer.max_steps=30", f"resume={tmp_path / 'b'}"),
+        tiny_run_config(multi30k_dir, data, on, "trainer.max_steps=30", f"resume={tmp_path / 'b'}"),
         tmp_path / "b",
     )
     assert resumed["steps"] == straight["steps"] == 30
+    # the GPU's model name, not just "cuda"
+    assert resumed["device"] == (torch.cuda.get_device_name() if device == "cuda" else "cpu")
     assert resumed["tgt_tokens"] == straight["tgt_tokens"]
     assert resumed["epochs_completed"] == straight["epochs_completed"]
     expected, got = final_weights(tmp_path / "a", 30), final_weights(tmp_path / "b", 30)
     for name, tensor in expected.items():
-        assert torch.equal(tensor, got[name]), name  # dropout 0.1: RNG state restored too
+        if device == "cpu":
+            assert torch.equal(tensor, got[name]), name
+        elif not name.endswith("k_proj.bias"):
+            # k_proj.bias: exact gradient 0, Adam scales rounding noise up
+            # (tests/test_distributed.py); a lost RNG state, data position or schedule moves
+            # weights by about lr (1e-3 to 2e-3 at steps 15-30) per step
+            assert torch.allclose(tensor, got[name], atol=5e-4), name
 
 
 def test_resuming_with_another_architecture_names_the_setting(multi30k_dir, tmp_path):
@@ -59,10 +79,6 @@ def nan_loss_on_calls(monkeypatch, calls):
         return loss * math.nan if next(count) in calls else loss
 
     monkeypatch.setattr(SummedLoss, "forward", forward)
-
-
-# On CUDA the skipped updates are counted at log, validation and checkpoint steps (loop.settle).
-DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
 
 
 @DEVICES
