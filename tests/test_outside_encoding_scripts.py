@@ -27,6 +27,7 @@ def sweep(multi30k_dir, tmp_path_factory):
     result = script(
         "train",
         "-m",
+        "hydra/launcher=parallel",  # two jobs at a time: the outside module in each worker too
         f"hydra.searchpath=[file://{PLUGINS / 'configs'}]",
         f"arm={','.join(ARMS)}",
         "trainer.seed=1,2",
@@ -42,6 +43,8 @@ def sweep(multi30k_dir, tmp_path_factory):
         "trainer.save_every=3",
         "trainer.average_last=2",
         "decoding.test_beam=1",
+        "decoding.max_len_a=0",  # outputs of at most 4 tokens: an untrained model never stops
+        "decoding.max_len_b=4",
         "views=false",
         f"hydra.sweep.dir={root / 'sweep'}",
         "hydra.sweep.subdir=${hydra.runtime.choices.arm}/seed${trainer.seed}",
