@@ -20,14 +20,16 @@ $(VENV)/.installed: pyproject.toml
 train: setup
 	$(PY) scripts/train.py $(ARGS)
 
+# One pytest process per core (pytest-xdist), each file's tests in one process, one torch thread
+# each (tests/conftest.py).
 test: setup
 	$(PY) -m ruff check src scripts tests
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # The inner loop: everything but the real training runs (@pytest.mark.slow); CI runs `make test`.
 test-fast: setup
 	$(PY) -m ruff check src scripts tests
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 # The fuzz suites with 20 times the cases of `make test`, freshly drawn on every run.
 fuzz: setup

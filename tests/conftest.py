@@ -4,11 +4,18 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from minimt.config import register_resolvers
 from minimt.data.corpus import local_path
 
 register_resolvers()  # as scripts/train.py does: the configs use ${minimt.inverse_sqrt:...}
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `pytest -n`: the workers share the cores, so each, and each script a test starts, takes one
+    # torch thread instead of all of them
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 DEFAULT_MULTI30K_DIR = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
 
