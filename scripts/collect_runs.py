@@ -4,12 +4,17 @@
     python scripts/collect_runs.py sweep=DIR dest=docs/study/runs
 
 Copies each run with a metrics.json into <dest>/<protocol>/<configuration>/seed<k>/ (metrics.json,
-config.yaml, hyps.*.txt). Running it again changes nothing; a run already there whose files
-differ is replaced, with a warning. Each file is written whole or not at all, metrics.json last:
-a copy stopped half-way (Ctrl-C, a full disk) is no collected run until it runs again.
+config.yaml, hyps.*.txt). No record names one machine's paths: Multi30k read from a local folder
+is recorded by its public URL (its files are pinned by SHA-256), and an absolute data.dir or
+resume inside the project the run trained in, relative to that project's root. Running it again
+changes nothing; a run already there whose files differ is replaced, with a warning. Each file
+is written whole or not at all, metrics.json last: a copy stopped half-way (Ctrl-C, a full disk)
+is no collected run until it runs again.
 Then: python scripts/report.py sweep=<dest>
 """
 
+import copy
+import json
 import logging
 import sys
 from pathlib import Path
@@ -18,7 +23,8 @@ from omegaconf import OmegaConf
 
 from minimt.atomic import WriteError, noting_what_is_intact, why_not_written, write_bytes
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.study.runs import collected_dir, load_sweep
+from minimt.data.corpus import MULTI30K_URL, local_path
+from minimt.study.runs import Run, collected_dir, load_sweep
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +38,43 @@ def kept_files(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in paths if path.is_file()}
 
 
+def project_root(folder: Path) -> Path | None:
+    """The root of the git checkout or worktree holding `folder`, or None."""
+    return next((p for p in [folder, *folder.parents] if (p / ".git").exists()), None)
+
+
+def kept_config(config: dict, run_dir: Path) -> dict:
+    """`config` without one machine's paths (the module docstring says how)."""
+    kept = copy.deepcopy(config)
+    data, root = kept.get("data", {}), project_root(run_dir.resolve())
+    if data.get("name") == "multi30k" and local_path(data.get("url", "")) is not None:
+        data["url"] = MULTI30K_URL
+    for node, key in ((data, "dir"), (kept, "resume")):
+        path = Path(node[key]) if node.get(key) else None
+        if path is not None and path.is_absolute() and root and path.is_relative_to(root):
+            node[key] = path.relative_to(root).as_posix()
+    return kept
+
+
+def recorded_files(run: Run) -> dict[str, bytes]:
+    """The files to keep for `run`: its own, with metrics.json's config and config.yaml as
+    kept_config writes them (metrics.json byte for byte where that changes nothing)."""
+    files = kept_files(run.dir)
+    config = kept_config(run.metrics["config"], run.dir)
+    if config != run.metrics["config"]:
+        metrics = run.metrics | {"config": config}
+        files["metrics.json"] = (json.dumps(metrics, indent=2) + "\n").encode()
+    return files | {"config.yaml": OmegaConf.to_yaml(OmegaConf.create(config)).encode()}
+
+
 def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
     """Copy each finished run under `sweep_dir` to collected_dir(dest, run), with its resolved
-    config as config.yaml; returns (destination, "copied" | "unchanged" | "replaced") per run. A
-    run whose files differ is replaced, with a warning."""
+    config as config.yaml (both as recorded_files writes them); returns (destination, "copied" |
+    "unchanged" | "replaced") per run. A run whose files differ is replaced, with a warning."""
     done = []
     for run in load_sweep(sweep_dir)[0]:
         target = collected_dir(dest, run)
-        files = kept_files(run.dir) | {"config.yaml": OmegaConf.to_yaml(run.config).encode()}
+        files = recorded_files(run)
         present = kept_files(target)
         if present == files:
             done.append((target, "unchanged"))

@@ -7,6 +7,7 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
+from minimt.data.corpus import MULTI30K_URL
 from minimt.study.runs import load_sweep
 from scripts.collect_runs import collect_runs, main
 
@@ -144,6 +145,31 @@ def test_collect_runs_is_idempotent_and_replaces_a_run_that_differs(sweep, tmp_p
     kept = dest / "toy_fp32_cpu/full_learned/seed1"
     assert statuses[kept] == "replaced" and "differs" in caplog.text
     assert (kept / "hyps.test.txt").read_text() == "a cat\nthe dog\n"
+
+
+def test_collected_records_name_no_machines_paths(tmp_path):
+    project = tmp_path / "checkout"
+    project.mkdir()
+    (project / ".git").write_text("gitdir: elsewhere\n")  # a worktree's .git is a file
+    run_dir = project / "multirun/study/toy/seed1"
+    write_run(run_dir, 1, arm="full_sinusoidal")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics["config"]["data"] = {"name": "multi30k", "url": "/mnt/corpora/multi30k", "dir": "/x/d"}
+    metrics["config"]["resume"] = str(run_dir)
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+
+    dest = tmp_path / "runs"
+    ((kept, status),) = collect_runs(project / "multirun", dest)
+    recorded = json.loads((kept / "metrics.json").read_text())
+    assert status == "copied" and recorded["config"]["data"] == {
+        "name": "multi30k",
+        "url": MULTI30K_URL,  # pinned by SHA-256: the folder it was read from says nothing
+        "dir": "/x/d",  # outside the project: as it was
+    }
+    assert recorded["config"]["resume"] == "multirun/study/toy/seed1"
+    assert recorded | {"config": metrics["config"]} == metrics  # nothing else changed
+    assert OmegaConf.to_container(OmegaConf.load(kept / "config.yaml")) == recorded["config"]
+    assert collect_runs(project / "multirun", dest) == [(kept, "unchanged")]
 
 
 def test_two_runs_of_one_configuration_and_seed_keep_the_first(sweep):
