@@ -28,7 +28,6 @@ this machine's values (then check first that the tolerance comparison passes her
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -42,6 +41,7 @@ from omegaconf import DictConfig
 
 import minimt.train.loop as loop
 from minimt.data.corpus import local_path
+from minimt.provenance import cpu_info
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden" / "golden_runs.json"
@@ -122,11 +122,7 @@ def load_golden() -> dict:
 def machine() -> str:
     """The recorded values' key: the CPU capability, then the vendor and family/model that
     /proc/cpuinfo gives, where it gives them: `AVX512 GenuineIntel 6/143`."""
-    info = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
+    info = cpu_info()
     vendor, family, model = (info.get(key) for key in ("vendor_id", "cpu family", "model"))
     cpu = f" {vendor} {family}/{model}" if vendor and family and model else ""
     return torch.backends.cpu.get_cpu_capability() + cpu

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import torch
 
+import minimt.provenance as provenance_module
 from minimt.provenance import machine_name, provenance, session, source_commit, utc_now
 from tests.helpers import REPO
 
@@ -43,3 +44,14 @@ def test_the_first_session_starts_the_run_and_the_last_names_its_machine():
     assert record["torch"] == torch.__version__ and record["num_threads"] >= 1
     assert first["machine"] == machine_name(torch.device("cpu")) != ""
     datetime.strptime(utc_now(), "%Y-%m-%dT%H:%M:%SZ")  # UTC, to the second
+
+
+def test_a_cpu_is_named_with_its_family_model_and_torchs_kernel_set(monkeypatch):
+    kernels = torch.backends.cpu.get_cpu_capability()
+    info = {"model name": "AMD EPYC", "cpu family": "25", "model": "1"}
+    monkeypatch.setattr(provenance_module, "cpu_info", lambda: info)
+    named = machine_name(torch.device("cpu"))
+    assert named == f"AMD EPYC (family 25, model 1; torch's {kernels} kernels)"
+    monkeypatch.setattr(provenance_module, "cpu_info", lambda: {})  # no /proc/cpuinfo
+    monkeypatch.setattr(provenance_module.platform, "processor", lambda: "")
+    assert machine_name(torch.device("cpu")) == f"unknown (torch's {kernels} kernels)"

@@ -22,17 +22,29 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def machine_name(device: torch.device) -> str:
-    """The GPU's name on CUDA, else the CPU's model name (/proc/cpuinfo), else the platform's
-    processor string, else "unknown"."""
-    if device.type == "cuda":
-        return device_name(device)
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model",
+    "vendor_id", ...); {} where there is no such file."""
+    info: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    return platform.processor() or "unknown"
+            info.setdefault(key.strip(), value.strip())
+    return info
+
+
+def machine_name(device: torch.device) -> str:
+    """The GPU's name on CUDA. On a CPU its model name (else the platform's processor string,
+    else "unknown") with its family and model and the kernel set torch runs on it, as fp32 sums
+    differ between kernel sets: "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"."""
+    if device.type == "cuda":
+        return device_name(device)
+    info = cpu_info()
+    name = info.get("model name") or platform.processor() or "unknown"
+    details = [f"torch's {torch.backends.cpu.get_cpu_capability()} kernels"]
+    if info.get("cpu family") and info.get("model"):
+        details.insert(0, f"family {info['cpu family']}, model {info['model']}")
+    return f"{name} ({'; '.join(details)})"
 
 
 def source_commit(source_dir: Path = SOURCE_DIR) -> str | None:
