@@ -14,7 +14,6 @@ Then: python scripts/report.py sweep=<dest>
 """
 
 import copy
-import json
 import logging
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from minimt.atomic import WriteError, noting_what_is_intact, why_not_written, write_bytes
+from minimt.checkpoint import json_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.corpus import MULTI30K_URL, local_path
 from minimt.study.runs import Run, collected_dir, load_sweep
@@ -63,7 +63,7 @@ def recorded_files(run: Run) -> dict[str, bytes]:
     config = kept_config(run.metrics["config"], run.dir)
     if config != run.metrics["config"]:
         metrics = run.metrics | {"config": config}
-        files["metrics.json"] = (json.dumps(metrics, indent=2) + "\n").encode()
+        files["metrics.json"] = json_text(metrics).encode()
     return files | {"config.yaml": OmegaConf.to_yaml(OmegaConf.create(config)).encode()}
 
 

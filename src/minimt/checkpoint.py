@@ -38,8 +38,13 @@ class CheckpointWriteError(CheckpointError, WriteError):
     """A checkpoint that could not be written (a full disk); the files already there are kept."""
 
 
+def json_text(data: dict) -> str:
+    """`data` as the project's JSON files hold it: indented by 2, ending in a newline."""
+    return json.dumps(data, indent=2) + "\n"
+
+
 def save_json(path: str | Path, data: dict) -> None:
-    write_text(path, json.dumps(data, indent=2) + "\n")
+    write_text(path, json_text(data))
 
 
 def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> None:
