@@ -341,7 +341,8 @@ def allowed(cls: type) -> str:
 def encoding_problems(cfg: DictConfig) -> list[str]:
     """What stops each side's encoding from serving this model: the section's own problems
     (side_choices), then the class's `problem(d_model, n_heads)` and any exception its
-    constructor raises, built on the meta device without touching the random streams."""
+    constructor raises, built on the CPU without touching the random streams (not on the meta
+    device: its first float64 arange imports torch._dynamo, a slow start for every script)."""
     problems, choices = side_choices(cfg.pe)
     if problems:
         return problems
@@ -357,7 +358,7 @@ def encoding_problems(cfg: DictConfig) -> list[str]:
                 f"{where} {problem}: model.d_model / model.n_heads = {sizes[1]} / {sizes[2]}"
             )
             continue
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             try:
                 choice.build(*sizes)
             except Exception as error:  # the class's own check of its options, in its words
