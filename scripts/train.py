@@ -7,6 +7,12 @@ started over: a finished run (metrics.json) is skipped, an interrupted one (step
 resumed.
 """
 
+from minimt.allocator import reexec_with_mimalloc
+from minimt.cli import one_line_errors
+
+if __name__ == "__main__":  # first: a process picks its allocator when it starts, before torch
+    one_line_errors(reexec_with_mimalloc)()  # a Ctrl-C this early is one line too
+
 import logging
 import shlex
 import sys
@@ -19,10 +25,8 @@ from omegaconf import DictConfig
 
 from minimt.atomic import WriteError
 from minimt.checkpoint import loads, step_checkpoints
-from minimt.cli import one_line_errors
 from minimt.config import register_resolvers
 from minimt.rundir import finished_run, interrupted_run
-from minimt.runtime import reexec_with_mimalloc
 from minimt.study.views import study_hooks
 from minimt.train.loop import Interrupted, train
 
@@ -98,5 +102,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    one_line_errors(reexec_with_mimalloc)()  # a Ctrl-C this early is one line too
     main()

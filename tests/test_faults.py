@@ -16,7 +16,7 @@ import pytest
 from torch.utils.tensorboard import SummaryWriter
 
 import minimt.data.corpus as corpus
-from minimt import atomic, runtime
+from minimt import allocator, atomic
 from minimt.atomic import WriteError, atomic_write
 from minimt.cli import Terminated, one_line_errors
 from minimt.config import ConfigError, validate_config
@@ -310,8 +310,8 @@ def test_ctrl_c_while_train_py_picks_its_allocator_is_one_line(monkeypatch, caps
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runtime, "mimalloc_library", interrupted)
+    monkeypatch.setattr(allocator, "mimalloc_library", interrupted)
     with pytest.raises(SystemExit) as stopped:
-        one_line_errors(runtime.reexec_with_mimalloc)()
+        one_line_errors(allocator.reexec_with_mimalloc)()
     assert stopped.value.code == 130
     assert capsys.readouterr().err.startswith("interrupted (SIGINT)")

@@ -4,10 +4,11 @@ import os
 import subprocess
 import sys
 
-from minimt.runtime import mimalloc_library
+from minimt.allocator import mimalloc_library
+from tests.helpers import REPO
 
 SHOW_ALLOCATOR = (
-    "from minimt.runtime import reexec_with_mimalloc\n"
+    "from minimt.allocator import reexec_with_mimalloc\n"
     "reexec_with_mimalloc()\n"
     "import os\n"
     "maps = open('/proc/self/maps').read()\n"
@@ -43,3 +44,20 @@ def test_an_unknown_allocator_is_an_error_naming_the_choices():
     done = run_python("jemalloc")
     assert done.returncode != 0 and "MINIMT_ALLOCATOR='jemalloc'" in done.stderr
     assert "mimalloc, system" in done.stderr
+
+
+def test_train_py_picks_its_allocator_before_torch_loads():
+    """The first process re-executes itself before its other imports: torch loads once, in the
+    process that trains (each process writes one `-X importtime` line per module it imports)."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+    environment.pop("MINIMT_ALLOCATOR", None)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(REPO / "scripts" / "train.py"), "--help"],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = [line.split("|")[-1].strip() for line in done.stderr.splitlines()]
+    assert imported.count("minimt.allocator") == 2  # the first process, then the re-executed one
+    assert imported.count("torch") == 1

@@ -29,6 +29,11 @@ Python puts a script's own folder first on sys.path).
 
 from __future__ import annotations
 
+from minimt.allocator import reexec_with_mimalloc
+
+if __name__ == "__main__":  # first: a process picks its allocator when it starts, before torch
+    reexec_with_mimalloc()
+
 import copy
 import itertools
 import json
@@ -62,7 +67,6 @@ from minimt.runtime import (
     bf16_supported,
     job_num_threads,
     pick_device,
-    reexec_with_mimalloc,
     resolve_precision,
     seed_everything,
     set_num_threads,
@@ -600,7 +604,6 @@ def take_compare_flag(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    reexec_with_mimalloc()
     register_resolvers()
     sys.argv = take_compare_flag(sys.argv)
     main()

@@ -1,17 +1,12 @@
-"""Where and how a process computes: device, precision and autocast, seeds, threads, allocator."""
+"""Where and how a process computes: device, precision and autocast, seeds, threads."""
 
 from __future__ import annotations
 
 import os
 import random
-import sys
-from importlib import metadata
-from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
-
-ALLOCATORS = ("mimalloc", "system")
 
 
 def pick_device(name: str) -> torch.device:
@@ -99,29 +94,3 @@ def parallel_jobs(
     if gpu_free_gb is None:
         return cores
     return max(1, min(int(gpu_free_gb // gpu_gb_per_job), cores // 2))
-
-
-def mimalloc_library() -> Path | None:
-    """libmimalloc.so of the cmeel-mimalloc wheel, if installed."""
-    try:
-        files = metadata.files("cmeel-mimalloc") or []
-    except metadata.PackageNotFoundError:
-        return None
-    found = [Path(str(f.locate())) for f in files if f.name == "libmimalloc.so"]
-    return found[0] if found and found[0].is_file() else None
-
-
-def reexec_with_mimalloc() -> None:
-    """Re-execute this process's command line with mimalloc preloaded, unless it already is,
-    MINIMT_ALLOCATOR=system asks for the C library's malloc, or mimalloc is not installed: glibc's
-    malloc keeps the freed activations of each new batch shape, so the resident size creeps up
-    (docs/performance.md), and a process picks its allocator before it starts."""
-    choice = os.environ.get("MINIMT_ALLOCATOR", "mimalloc")
-    if choice not in ALLOCATORS:
-        sys.exit(f"MINIMT_ALLOCATOR={choice!r}: use one of {', '.join(ALLOCATORS)}")
-    library = mimalloc_library()
-    preload = os.environ.get("LD_PRELOAD", "")
-    if choice == "system" or library is None or str(library) in preload.split(":"):
-        return
-    environment = os.environ | {"LD_PRELOAD": ":".join(filter(None, [str(library), preload]))}
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)
