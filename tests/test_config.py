@@ -32,7 +32,7 @@ def test_every_option_composes_and_validates(overrides):
     validate_config(compose_config(*overrides))
 
 
-def test_default_model_is_the_issue_s_small_model():
+def test_default_config_is_the_small_model_with_sinusoids_scaled_and_tied():
     cfg = compose_config()
     assert OmegaConf.to_container(cfg.model) == {
         "d_model": 256,
@@ -170,3 +170,12 @@ def test_outside_a_parallel_launcher_torch_keeps_its_default_threads(monkeypatch
         basic = compose("config", return_hydra_config=True)
     monkeypatch.setattr(HydraConfig.instance(), "cfg", basic)  # Hydra's basic launcher
     assert job_num_threads(None) is None
+
+
+def test_checking_a_config_leaves_the_random_streams_alone():
+    """validate_config builds each encoding (a learned table draws its init) under a forked RNG:
+    a run seeded before the check trains as one seeded after it."""
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    validate_config(compose_config("pe=learned"))
+    assert torch.equal(torch.get_rng_state(), before)
