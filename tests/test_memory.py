@@ -16,12 +16,21 @@ SHOW_ALLOCATOR = (
 )
 
 
+def fresh_environment(allocator: str | None) -> dict[str, str]:
+    """This process's environment with nothing preloaded and MINIMT_ALLOCATOR=allocator (None:
+    unset, the default choice)."""
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MINIMT_ALLOCATOR")
+    }
+    return environment | ({} if allocator is None else {"MINIMT_ALLOCATOR": allocator})
+
+
 def run_python(allocator: str | None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
-    if allocator is not None:
-        environment["MINIMT_ALLOCATOR"] = allocator
     return subprocess.run(
-        [sys.executable, "-c", SHOW_ALLOCATOR], env=environment, capture_output=True, text=True
+        [sys.executable, "-c", SHOW_ALLOCATOR],
+        env=fresh_environment(allocator),
+        capture_output=True,
+        text=True,
     )
 
 
@@ -49,11 +58,9 @@ def test_an_unknown_allocator_is_an_error_naming_the_choices():
 def test_train_py_picks_its_allocator_before_torch_loads():
     """The first process re-executes itself before its other imports: torch loads once, in the
     process that trains (each process writes one `-X importtime` line per module it imports)."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
-    environment.pop("MINIMT_ALLOCATOR", None)
     done = subprocess.run(
         [sys.executable, "-X", "importtime", str(REPO / "scripts" / "train.py"), "--help"],
-        env=environment,
+        env=fresh_environment(None),
         capture_output=True,
         text=True,
     )
