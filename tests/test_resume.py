@@ -1,7 +1,9 @@
 """Exact resume, non-finite steps and checkpoints that do not fit, on a tiny real-data run."""
 
 import itertools
+import logging
 import math
+import re
 
 import pytest
 import torch
@@ -28,13 +30,14 @@ DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=O
 
 @DEVICES
 def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(
-    multi30k_dir, tmp_path, device
+    multi30k_dir, tmp_path, device, caplog
 ):
     """Stopped at step 15 (mid-epoch, about 9 batches per epoch, between two saves) and resumed:
     step 30's weights equal an uninterrupted run's on the CPU (dropout 0.1: RNG state restored
     too); on CUDA equal up to rounding, since some CUDA kernels (memory-efficient attention's
     backward) sum in an order that varies by run."""
     data, on = tmp_path / "data", f"trainer.device={device}"
+    caplog.set_level(logging.INFO)
     straight = train(
         tiny_run_config(multi30k_dir, data, on, "trainer.max_steps=30"), tmp_path / "a"
     )
@@ -44,6 +47,9 @@ def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(
         tmp_path / "b",
     )
     assert resumed["steps"] == straight["steps"] == 30
+    # the resume line counts epochs as the progress lines do, from 1
+    straight_epoch = re.search(r"step 15 \| epoch (\d+)", caplog.text).group(1)
+    assert f"at step 15 (epoch {straight_epoch})" in caplog.text
     # the GPU's model name, not just "cuda"
     assert resumed["device"] == (torch.cuda.get_device_name() if device == "cuda" else "cpu")
     assert resumed["tgt_tokens"] == straight["tgt_tokens"]

@@ -220,5 +220,5 @@ def resume_training(
             dist.world_size,
         )
         torch.manual_seed(cfg.trainer.seed * 1000 + dist.rank + state.step)
-    log.info("resumed from %s at step %d (epoch %d)", path, state.step, state.epoch)
+    log.info("resumed from %s at step %d (epoch %d)", path, state.step, state.epoch + 1)
     return state
