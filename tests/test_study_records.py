@@ -1,0 +1,75 @@
+"""The committed study: docs/study/report.md and report.csv are what scripts/report.py makes of
+the committed run records, and every Q7 run trained from the plan's commit or a later one, started
+after that commit was made, stopped by patience and was scored on the three test sets."""
+
+import json
+import subprocess
+from datetime import datetime
+
+import pytest
+
+from minimt.study.questions import Q7_SEEDS
+from scripts.report import main as report
+from tests.helpers import REPO
+
+STUDY = REPO / "docs" / "study"
+Q7_ARMS = ("sinusoid_rms_learned", "full_sinusoidal")
+TEST_SETS = {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def full_history() -> bool:
+    try:
+        return git("rev-parse", "--is-shallow-repository") == "false"
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+def q7_records() -> list[tuple[str, dict]]:
+    """(run name, metrics) of each committed Q7 run: its arms at seeds 9-20."""
+    runs = STUDY / "runs" / "study_cpu"
+    return [
+        (f"{arm}/seed{seed}", json.loads(path.read_text()))
+        for arm in Q7_ARMS
+        for seed in Q7_SEEDS
+        if (path := runs / arm / f"seed{seed}" / "metrics.json").exists()
+    ]
+
+
+def utc(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+@pytest.mark.slow
+def test_the_committed_report_is_what_the_committed_runs_give(tmp_path):
+    report([f"sweep={STUDY / 'runs'}", f"out={tmp_path}"])
+    for name in ("report.md", "report.csv"):
+        assert (tmp_path / name).read_text() == (STUDY / name).read_text(), name
+
+
+def test_q7_runs_are_scored_on_three_test_sets_and_stopped_by_patience():
+    records = q7_records()
+    assert records, "no Q7 run committed under docs/study/runs/study_cpu"
+    for name, metrics in records:
+        assert set(metrics["test"]) == TEST_SETS, name
+        assert metrics["stop_reason"].startswith("trainer.patience reached"), name
+
+
+@pytest.mark.skipif(not full_history(), reason="needs the project's git history")
+def test_every_q7_run_trained_from_the_plans_commit_or_later_and_after_it_was_made():
+    plan_commit = git(
+        "log", "--reverse", "--format=%H", "-S", "Q7_SEEDS", "--", "src/minimt/study/questions.py"
+    ).splitlines()[0]
+    planned_at = utc(git("show", "-s", "--format=%cI", plan_commit))
+    for name, metrics in q7_records():
+        for start in metrics["provenance"]["sessions"]:
+            ancestry = subprocess.run(
+                ["git", "merge-base", "--is-ancestor", plan_commit, start["commit"]], cwd=REPO
+            )
+            assert ancestry.returncode == 0, f"{name} trained from {start['commit']}"
+            assert utc(start["started_utc"]) > planned_at, name
