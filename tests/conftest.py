@@ -1,10 +1,13 @@
-"""Shared fixtures: the real Multi30k corpus."""
+"""Shared fixtures: the real Multi30k corpus and one smoke run trained on it."""
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from minimt.config import register_resolvers
 from minimt.data.corpus import local_path
@@ -38,18 +41,33 @@ def multi30k_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(multi30k_dir, tmp_path_factory):
-    """One `experiment=smoke` training run on the real corpus, shared by the tests that read it."""
+def smoke_run(multi30k_dir, tmp_path_factory, worker_id) -> tuple[Path, dict]:
+    """One `experiment=smoke` training run on the real corpus and the metrics `train` returned,
+    trained once per `pytest` session: the first pytest-xdist worker to ask trains it, the others
+    wait for it. Read it only; a test that writes into a run takes `run_copy`."""
     from minimt.study.views import study_hooks
     from minimt.train.loop import train
     from tests.helpers import compose_config
 
-    root = tmp_path_factory.mktemp("smoke")
-    cfg = compose_config(
-        "experiment=smoke",
-        f"data.url={multi30k_dir}",
-        f"data.dir={root / 'data'}",
-        "trainer.max_steps=120",
-    )
-    metrics = train(cfg, root / "run", study_hooks(cfg))
-    return root / "run", metrics
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # one folder for all the workers of this session
+    root = shared / "smoke"
+    returned = root / "returned.json"
+    with FileLock(shared / "smoke.lock"):
+        if not returned.exists():
+            cfg = compose_config(
+                "experiment=smoke",
+                f"data.url={multi30k_dir}",
+                f"data.dir={root / 'data'}",
+                "trainer.max_steps=120",
+            )
+            metrics = train(cfg, root / "run", study_hooks(cfg))
+            returned.write_text(json.dumps(metrics))
+    return root / "run", json.loads(returned.read_text())
+
+
+@pytest.fixture
+def run_copy(smoke_run, tmp_path) -> Path:
+    """A copy of the smoke run that a test may write into or damage."""
+    return Path(shutil.copytree(smoke_run[0], tmp_path / "run"))

@@ -4,7 +4,6 @@ that says what could not be written, why, and how to resume."""
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,12 +32,6 @@ from minimt.rundir import checkpoint_dir
 from tests.helpers import ENV, REPO, error_line, run_script, tiny_run_overrides
 
 TOKENIZER = train_bpe(["Ein Hund rennt.", "A dog runs.", "Zwei Katzen schlafen."] * 5, 300)
-
-
-@pytest.fixture
-def run_copy(smoke_run, tmp_path) -> Path:
-    """A copy of the smoke run that a test may damage."""
-    return Path(shutil.copytree(smoke_run[0], tmp_path / "run"))
 
 
 # The wrapper every script's main goes through

@@ -1,7 +1,6 @@
 """What the fuzz suites found in the run directory's files, one named test per finding."""
 
 import runpy
-import shutil
 from pathlib import Path
 
 import pytest
@@ -117,8 +116,8 @@ def test_a_folder_in_place_of_metrics_is_damage(tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_stops_on_a_damaged_metrics_file_before_writing_anything(smoke_run, tmp_path):
-    run = Path(shutil.copytree(smoke_run[0], tmp_path / "run"))
+def test_evaluate_stops_on_a_damaged_metrics_file_before_writing_anything(run_copy, tmp_path):
+    run = run_copy
     (run / "metrics.json").write_text('{"steps": ')
     (tmp_path / "in.de").write_text("Ein Hund.\n")
     (tmp_path / "in.en").write_text("A dog.\n")

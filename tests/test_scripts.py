@@ -32,12 +32,14 @@ def test_translate_keeps_line_alignment_with_empty_lines(smoke_run):
     assert lines[1] == "" and lines[0] and lines[2]
 
 
-def test_translate_in_a_fresh_process_matches_the_in_training_decoder(smoke_run, multi30k_dir):
+def test_translate_in_a_fresh_process_matches_the_in_training_decoder(
+    smoke_run, multi30k_dir, tmp_path
+):
     run_dir, metrics = smoke_run
     result = metrics["test"]["test_2016_flickr"]
-    source = run_dir.parent / "test.de"
+    source = tmp_path / "test.de"
     subprocess.run(f"zcat {multi30k_dir}/test_2016_flickr.de.gz > {source}", shell=True, check=True)
-    out = run_dir.parent / "test.hyp.en"
+    out = tmp_path / "test.hyp.en"
     done = script(
         "translate",
         f"run={run_dir}",
@@ -62,8 +64,8 @@ def test_translate_rejects_an_unknown_argument(smoke_run):
     assert result.returncode != 0 and b"beem" in result.stderr
 
 
-def test_evaluate_prints_the_table_and_appends_metrics(smoke_run):
-    run_dir, _ = smoke_run
+def test_evaluate_prints_the_table_and_appends_metrics(run_copy):
+    run_dir = run_copy
     result = script("evaluate", f"run={run_dir}", "split=[val,test_2016_flickr]", "beam=[1,2]")
     assert result.returncode == 0, result.stderr.decode()
     stdout = result.stdout.decode()
@@ -74,8 +76,8 @@ def test_evaluate_prints_the_table_and_appends_metrics(smoke_run):
     assert (run_dir / "hyps" / "test_2016_flickr.beam2.best.txt").is_file()
 
 
-def test_averaged_checkpoint_is_written_and_evaluated(smoke_run):
-    run_dir, _ = smoke_run
+def test_averaged_checkpoint_is_written_and_evaluated(run_copy):
+    run_dir = run_copy
     result = script("average_checkpoints", f"run={run_dir}", "last=3")
     assert result.returncode == 0, result.stderr.decode()
     averaged = torch.load(run_dir / "checkpoints" / "averaged.pt", weights_only=True)
@@ -88,8 +90,8 @@ def test_averaged_checkpoint_is_written_and_evaluated(smoke_run):
     )
 
 
-def test_time_to_bleu_reads_the_run_and_a_peer_side_by_side(smoke_run, tmp_path):
-    run_dir, metrics = smoke_run
+def test_time_to_bleu_reads_the_run_and_a_peer_side_by_side(smoke_run, run_copy, tmp_path):
+    run_dir, metrics = run_copy, smoke_run[1]
     history = metrics["val_history"]
     assert all(0 < h["seconds"] <= metrics["train_seconds"] for h in history)
     assert [h["seconds"] for h in history] == sorted(h["seconds"] for h in history)
