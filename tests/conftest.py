@@ -43,7 +43,7 @@ def multi30k_dir() -> Path:
 @pytest.fixture(scope="session")
 def smoke_run(multi30k_dir, tmp_path_factory, worker_id) -> tuple[Path, dict]:
     """One `experiment=smoke` training run on the real corpus and the metrics `train` returned,
-    trained once per `pytest` session: the first pytest-xdist worker to ask trains it, the others
+    trained once per `pytest` run: the first pytest-xdist worker to ask trains it, the others
     wait for it. Read it only; a test that writes into a run takes `run_copy`."""
     from minimt.study.views import study_hooks
     from minimt.train.loop import train
@@ -51,7 +51,7 @@ def smoke_run(multi30k_dir, tmp_path_factory, worker_id) -> tuple[Path, dict]:
 
     shared = tmp_path_factory.getbasetemp()
     if worker_id != "master":
-        shared = shared.parent  # one folder for all the workers of this session
+        shared = shared.parent  # one folder for all the workers of this pytest run
     root = shared / "smoke"
     returned = root / "returned.json"
     with FileLock(shared / "smoke.lock"):
