@@ -8,12 +8,12 @@ from datetime import datetime
 
 import pytest
 
-from minimt.study.questions import Q7_SEEDS
+from minimt.study.questions import PLAN, PLAN_PROTOCOL
 from scripts.report import main as report
 from tests.helpers import REPO
 
 STUDY = REPO / "docs" / "study"
-Q7_ARMS = ("sinusoid_rms_learned", "full_sinusoidal")
+(Q7,) = next(family.tests for family in PLAN if family.question == "Q7")
 TEST_SETS = {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
 
 
@@ -31,12 +31,12 @@ def full_history() -> bool:
 
 
 def q7_records() -> list[tuple[str, dict]]:
-    """(run name, metrics) of each committed Q7 run: its arms at seeds 9-20."""
-    runs = STUDY / "runs" / "study_cpu"
+    """(run name, metrics) of each committed Q7 run: its arms at its planned seeds."""
+    runs = STUDY / "runs" / PLAN_PROTOCOL
     return [
         (f"{arm}/seed{seed}", json.loads(path.read_text()))
-        for arm in Q7_ARMS
-        for seed in Q7_SEEDS
+        for arm in Q7.arms
+        for seed in Q7.seeds
         if (path := runs / arm / f"seed{seed}" / "metrics.json").exists()
     ]
 
@@ -54,7 +54,7 @@ def test_the_committed_report_is_what_the_committed_runs_give(tmp_path):
 
 def test_q7_runs_are_scored_on_three_test_sets_and_stopped_by_patience():
     records = q7_records()
-    assert records, "no Q7 run committed under docs/study/runs/study_cpu"
+    assert records, f"no Q7 run committed under docs/study/runs/{PLAN_PROTOCOL}"
     for name, metrics in records:
         assert set(metrics["test"]) == TEST_SETS, name
         assert metrics["stop_reason"].startswith("trainer.patience reached"), name
