@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args
-from minimt.study.views import figure, save
+from minimt.study.plots import figure, save
 
 DEFAULTS = {"run": "???", "peer": None, "peer_name": "joeynmt", "marks": [5, 10, 15, 20, 25, 30]}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"

@@ -1,6 +1,6 @@
 """A study's report from its runs: each configuration summarised over seeds and the questions
 answered, written as report.md (markdown.py), report.csv (one row per comparison, or per
-configuration compared with nothing) and PNG plots (views.py). The same runs give the same files,
+configuration compared with nothing) and PNG plots (plots.py). The same runs give the same files,
 byte for byte."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tempfile import TemporaryDirectory
 from minimt.atomic import atomic_write, write_bytes, write_text
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
-from minimt.study import markdown, views
+from minimt.study import markdown, plots
 from minimt.study.answers import Answer, answer_questions
 from minimt.study.questions import PLANS, QUESTIONS, REFERENCE
 from minimt.study.runs import (
@@ -169,12 +169,12 @@ def save_plots(report: Report) -> list[Path]:
     """test_bleu.png; per protocol, test BLEU against the init ratio of its full-data runs and,
     where runs have long_* test sets, their BLEU on each. Their paths."""
     out, paths = report.out_dir, [report.out_dir / "test_bleu.png"]
-    views.save_test_bleu(report.rows, paths[0], report.test_set)
+    plots.save_test_bleu(report.rows, paths[0], report.test_set)
     for protocol in dict.fromkeys(c.protocol for c in report.groups):
         groups = {c.name: runs for c, runs in report.groups.items() if c.protocol == protocol}
         if points := ratio_points(groups, report.test_set):
             paths.append(out / f"bleu_vs_ratio_{protocol.name}.png")
-            views.save_ratio_plot(points, paths[-1], protocol.title)
+            plots.save_ratio_plot(points, paths[-1], protocol.title)
         bleu = {
             name: [(s.removeprefix(LONG_PREFIX), mean(scores_of(runs, s, "bleu"))) for s in sets]
             for name, runs in groups.items()
@@ -182,7 +182,7 @@ def save_plots(report: Report) -> list[Path]:
         }
         if bleu:
             paths.append(out / f"long_tests_{protocol.name}.png")
-            views.save_long_tests(bleu, paths[-1], f"{protocol.title}:\nheld-out long test sets")
+            plots.save_long_tests(bleu, paths[-1], f"{protocol.title}:\nheld-out long test sets")
     return paths
 
 
