@@ -9,9 +9,11 @@ import sys
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugin_util import markdown_to_safe_html
 
+from minimt.config import register_resolvers
 from minimt.data.corpus import DataError
 from minimt.data.splits import load_text_splits
 from minimt.rundir import load_model
@@ -337,6 +339,19 @@ def test_cli_names_a_missing_data_place(tmp_path):
     )
     assert result.returncode != 0
     assert "/nonexistent/place" in result.stdout + result.stderr
+
+
+def test_train_resolves_the_configs_own_interpolations_without_the_script(tmp_path):
+    # fairseq_learned's pe.init_std is ${minimt.inverse_sqrt:${model.d_model}}: a config composed
+    # in Python, with no resolver registered yet, trains as under scripts/train.py
+    overrides = "arm=fairseq_learned", "trainer.max_steps=2", "views=false"
+    cfg = compose_config(*toy_run_overrides(tmp_path / "data", *overrides))
+    OmegaConf.clear_resolver("minimt.inverse_sqrt")
+    try:
+        metrics = train(cfg, tmp_path / "run")
+    finally:
+        register_resolvers()
+    assert metrics["config"]["pe"]["init_std"] == 32**-0.5
 
 
 @pytest.mark.slow

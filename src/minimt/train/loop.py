@@ -23,7 +23,7 @@ from torch.utils.tensorboard import SummaryWriter
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import resume_checkpoint
 from minimt.cli import STOP_SIGNALS
-from minimt.config import ConfigError, validate_config
+from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.splits import RunData, prepare_data
 from minimt.errors import MinimtError
 from minimt.provenance import session
@@ -119,8 +119,10 @@ def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> d
 
     Under torchrun every process calls this; rank 0 returns the metrics also written to
     run_dir/metrics.json, the other ranks None. Raises Interrupted after saving a checkpoint
-    when SIGINT/SIGTERM asked training to stop.
+    when SIGINT/SIGTERM asked training to stop. A config composed in Python resolves the
+    configs' ${minimt.*} interpolations here as under scripts/train.py.
     """
+    register_resolvers()
     validate_config(cfg)
     dist = Distributed.from_env(pick_device(cfg.trainer.device))
     try:
