@@ -11,7 +11,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from minimt.config import ConfigError, build_model, validate_config
-from minimt.model.positions import BUILT_IN_ENCODINGS, EncodingChoice, PositionalEncoding
+from minimt.model.encoding_choice import BUILT_IN_ENCODINGS, EncodingChoice
+from minimt.model.positions import PositionalEncoding
 from minimt.study.views import study_hooks
 from minimt.train.loop import train
 from tests.helpers import compose_config, tiny_run_overrides, tiny_transformer

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.data.tokenizer import TokenizerPair, train_bpe
-from minimt.model.positions import BUILT_IN_ENCODINGS
+from minimt.model.encoding_choice import BUILT_IN_ENCODINGS
 from minimt.model.transformer import padding_mask
 from minimt.study import views
 from minimt.study.views import (

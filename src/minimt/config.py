@@ -12,7 +12,12 @@ from minimt.checkpoint import config_mismatches, run_dir_of
 from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
 from minimt.errors import MinimtError
-from minimt.model.positions import EncodingChoice, EncodingError, accepted_options, class_path
+from minimt.model.encoding_choice import (
+    EncodingChoice,
+    EncodingError,
+    accepted_options,
+    class_path,
+)
 from minimt.model.transformer import Transformer
 from minimt.runtime import parallel_jobs
 

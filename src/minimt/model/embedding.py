@@ -5,7 +5,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from minimt.model.positions import EncodingChoice, PositionalEncoding
+from minimt.model.encoding_choice import EncodingChoice
+from minimt.model.positions import PositionalEncoding
 
 
 def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> nn.Embedding:

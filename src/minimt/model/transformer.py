@@ -11,7 +11,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minimt.model.cache import DecoderCache, LayerCache
 from minimt.model.embedding import Seq2SeqEmbedding
-from minimt.model.positions import EncodingChoice, PositionalEncoding
+from minimt.model.encoding_choice import EncodingChoice
+from minimt.model.positions import PositionalEncoding
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:

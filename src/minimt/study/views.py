@@ -18,7 +18,7 @@ from torch.utils.tensorboard.summary import hparams
 
 from minimt.config import SHARE_LEVELS, encoding_choices, tying_level
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
-from minimt.model.positions import BUILT_IN_ENCODINGS, EncodingChoice
+from minimt.model.encoding_choice import BUILT_IN_ENCODINGS, EncodingChoice
 from minimt.model.transformer import MultiHeadAttention, Transformer
 from minimt.study.plots import FIGURE_DPI
 from minimt.train.evaluation import Hook, RunContext

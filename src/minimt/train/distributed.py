@@ -14,7 +14,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 
-
 @dataclass(frozen=True)
 class Distributed:
     """This process's place among `world_size` training processes (1 when not under torchrun)."""
