@@ -1,24 +1,19 @@
 """What each config key means, in one place: its rules (checked before any work starts, with
-messages that name the key), the keys a checkpoint depends on, and the model a config builds."""
+messages that name the key), the keys a checkpoint depends on, and the model a config builds.
+The `pe` section's keys name classes and their options: minimt.pe_section checks those."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from minimt.checkpoint import config_mismatches, run_dir_of
 from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
-from minimt.errors import MinimtError
-from minimt.model.encoding_choice import (
-    EncodingChoice,
-    EncodingError,
-    accepted_options,
-    class_path,
-)
+from minimt.errors import ConfigError
 from minimt.model.transformer import Transformer
+from minimt.pe_section import encoding_choices, encoding_problems
 from minimt.runtime import parallel_jobs
 
 # What a checkpoint's weights depend on: a model built with other values cannot load them.
@@ -55,14 +50,7 @@ RESUME_KEYS = (
 )
 
 
-class ConfigError(MinimtError, ValueError):
-    """A config value that cannot work; the message names the key and the allowed values."""
-
-
 Rule = Callable[[object], str | None]
-# The pe section: each side's encoding, each side's own options; its other keys are options of
-# both sides' classes, each given to the sides whose class takes it.
-SIDES = {"encoder": "encoder_options", "decoder": "decoder_options"}
 
 
 def one_of(choices: Collection[str]) -> Rule:
@@ -290,87 +278,6 @@ def leaf_keys(node: object, prefix: str) -> list[str]:
     if not isinstance(node, DictConfig):
         return [prefix] if node is not None else []
     return [key for name in node for key in leaf_keys(node.get(name), f"{prefix}.{name}")]
-
-
-def encoding_choices(pe: DictConfig) -> tuple[EncodingChoice, EncodingChoice]:
-    """The encoder's and the decoder's encoding as the `pe` section chooses them; a ConfigError
-    naming the key where a class cannot be found or does not take an option."""
-    problems, choices = side_choices(pe)
-    if problems:
-        raise ConfigError("; ".join(problems))
-    return choices["encoder"], choices["decoder"]
-
-
-def side_choices(pe: DictConfig) -> tuple[list[str], dict[str, EncodingChoice]]:
-    """Each side's EncodingChoice (sides whose class cannot be found are left out) and the
-    problems found: a class that cannot be imported, an option no side's class takes (or its own
-    side's, in pe.encoder_options / pe.decoder_options), a value of the wrong type."""
-    shared = {k: v for k, v in pe.items() if k not in SIDES and k not in SIDES.values()}
-    problems, classes, choices = [], {}, {}
-    for side in SIDES:
-        name = pe.get(side)
-        if not isinstance(name, str) or not name:
-            problems.append(f"pe.{side}={name!r} must name an encoding: a built-in or module.Class")
-            continue
-        try:
-            classes[side] = EncodingChoice(name).cls
-        except EncodingError as error:
-            problems.append(f"pe.{side}={name!r}: {error}")
-    for side, cls in classes.items():
-        takes = accepted_options(cls)
-        options = {k: v for k, v in shared.items() if k in takes}
-        options |= OmegaConf.to_container(pe.get(SIDES[side]) or OmegaConf.create({}))
-        choices[side] = EncodingChoice.of(pe[side], options)
-        for key, why in choices[side].option_problems():
-            problems.append(f"{option_key(pe, side, key)}={options[key]!r} {why} {allowed(cls)}")
-    if len(classes) == len(SIDES):
-        described = " or ".join(allowed(c) for c in dict.fromkeys(classes.values()))
-        for key, value in shared.items():
-            if value is not None and not any(key in accepted_options(c) for c in classes.values()):
-                problems.append(f"pe.{key} is not an option of {described}")
-    return problems, choices
-
-
-def option_key(pe: DictConfig, side: str, option: str) -> str:
-    """The config key that gave `side` its `option`: its own pe.<side>_options.KEY, or pe.KEY."""
-    own = pe.get(SIDES[side]) or {}
-    return f"pe.{SIDES[side]}.{option}" if option in own else f"pe.{option}"
-
-
-def allowed(cls: type) -> str:
-    """`module.Class (options: a, b)` or `module.Class (no options)`."""
-    names = ", ".join(accepted_options(cls))
-    return f"{class_path(cls)} ({f'options: {names}' if names else 'no options'})"
-
-
-def encoding_problems(cfg: DictConfig) -> list[str]:
-    """What stops each side's encoding from serving this model: the section's own problems
-    (side_choices), then the class's `problem(d_model, n_heads)` and any exception its
-    constructor raises, built on the CPU without touching the random streams (not on the meta
-    device: its first float64 arange imports torch._dynamo, a slow start for every script)."""
-    problems, choices = side_choices(cfg.pe)
-    if problems:
-        return problems
-    sizes = cfg.model.max_seq_len, cfg.model.d_model, cfg.model.n_heads
-    sides: dict[EncodingChoice, list[str]] = {}
-    for side, choice in choices.items():
-        sides.setdefault(choice, []).append(side)
-    for choice, named in sides.items():
-        where = f"pe={choice.name} ({', '.join(f'pe.{side}' for side in named)})"
-        problem = choice.cls.problem(sizes[1], sizes[2])
-        if problem:
-            problems.append(
-                f"{where} {problem}: model.d_model / model.n_heads = {sizes[1]} / {sizes[2]}"
-            )
-            continue
-        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
-            try:
-                choice.build(*sizes)
-            except Exception as error:  # the class's own check of its options, in its words
-                given = (f"{option_key(cfg.pe, named[0], k)}={v!r}" for k, v in choice.options)
-                options = ", ".join(given) or "no options"
-                problems.append(f"{where} with {options}: {class_path(choice.cls)} says {error}")
-    return problems
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:

@@ -10,5 +10,9 @@ class MinimtError(Exception):
     """A problem the user can fix; the message alone says what and how."""
 
 
+class ConfigError(MinimtError, ValueError):
+    """A config value that cannot work; the message names the key and the allowed values."""
+
+
 class NotFound(MinimtError, FileNotFoundError):
     """A file or directory the user named (a run, a checkpoint, a tokenizer) that is not there."""

@@ -16,10 +16,11 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from minimt.config import SHARE_LEVELS, encoding_choices, tying_level
+from minimt.config import SHARE_LEVELS, tying_level
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
 from minimt.model.encoding_choice import BUILT_IN_ENCODINGS, EncodingChoice
 from minimt.model.transformer import MultiHeadAttention, Transformer
+from minimt.pe_section import encoding_choices
 from minimt.study.plots import FIGURE_DPI
 from minimt.train.evaluation import Hook, RunContext
 from minimt.train.progress import scalar_tag
