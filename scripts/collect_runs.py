@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from minimt.atomic import WriteError, noting_what_is_intact, why_not_written, write_bytes
 from minimt.checkpoint import json_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.data.corpus import MULTI30K_URL, local_path
+from minimt.data.multi30k import MULTI30K_URL, local_path
 from minimt.study.runs import Run, collected_dir, load_sweep
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import torch
 from filelock import FileLock
 
 from minimt.config import register_resolvers
-from minimt.data.corpus import local_path
+from minimt.data.multi30k import local_path
 
 register_resolvers()  # as scripts/train.py does: the configs use ${minimt.inverse_sqrt:...}
 

@@ -9,16 +9,8 @@ from functools import partial
 
 import pytest
 
-from minimt.data.corpus import (
-    MULTI30K_SHA256,
-    DataError,
-    count_lines,
-    fetch_multi30k_file,
-    load_multi30k,
-    parallel_files,
-    read_parallel,
-    sha256_of,
-)
+from minimt.data.corpus import DataError, count_lines, parallel_files, read_parallel, sha256_of
+from minimt.data.multi30k import MULTI30K_SHA256, fetch_multi30k_file, load_multi30k
 
 
 def streamed(src, tgt, limit=None):

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-import minimt.data.corpus as corpus
+import minimt.data.multi30k as multi30k
 from minimt import allocator, atomic
 from minimt.atomic import WriteError, atomic_write
 from minimt.cli import Terminated, one_line_errors
 from minimt.config import ConfigError, validate_config
-from minimt.data.corpus import DataError, fetch_multi30k_file
+from minimt.data.corpus import DataError
+from minimt.data.multi30k import fetch_multi30k_file
 from minimt.data.splits import prepare_data
 from minimt.study.views import study_hooks
 from minimt.train.loop import StopRequest, train
@@ -110,7 +111,7 @@ def test_a_raw_file_that_cannot_be_read_is_a_data_error_naming_it(tmp_path, monk
     def unreadable(src, dst):
         raise PermissionError(errno.EACCES, "Permission denied", str(src))
 
-    monkeypatch.setattr(corpus.shutil, "copyfile", unreadable)
+    monkeypatch.setattr(multi30k.shutil, "copyfile", unreadable)
     with pytest.raises(DataError, match=f"^cannot read {source}: Permission denied. Set data.url"):
         fetch_multi30k_file(str(source.parent), tmp_path / "data", "train", "de")
     assert list((tmp_path / "data").iterdir()) == []

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import minimt
 import minimt.data.tokenizer as tokenizer_module
 from minimt import atomic
-from minimt.data.corpus import MULTI30K_SHA256
+from minimt.data.multi30k import MULTI30K_SHA256
 from minimt.train.loop import train
 from minimt.translator import Translator
 from tests.helpers import REPO, compose_config, fuzz_settings, tiny_run_overrides

@@ -40,7 +40,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import minimt.train.loop as loop
-from minimt.data.corpus import local_path
+from minimt.data.multi30k import local_path
 from minimt.provenance import cpu_info
 
 REPO = Path(__file__).resolve().parents[1]

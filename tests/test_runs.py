@@ -7,7 +7,7 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from minimt.data.corpus import MULTI30K_URL
+from minimt.data.multi30k import MULTI30K_URL
 from minimt.study.runs import load_sweep
 from scripts.collect_runs import collect_runs, main
 

@@ -32,7 +32,8 @@ from omegaconf import DictConfig
 
 from minimt.checkpoint import save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.data.corpus import fetch_multi30k_file, read_parallel
+from minimt.data.corpus import read_parallel
+from minimt.data.multi30k import fetch_multi30k_file
 from minimt.data.splits import prepare_data
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from minimt.data.corpus import fetch_multi30k_file, read_lines
+from minimt.data.corpus import read_lines
+from minimt.data.multi30k import fetch_multi30k_file
 from minimt.metrics import corpus_scores
 
 SPLITS = ("train", "val", "test_2016_flickr")

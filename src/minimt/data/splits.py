@@ -16,15 +16,7 @@ import datasets
 import numpy as np
 from omegaconf import DictConfig
 
-from minimt.data.corpus import (
-    DataError,
-    Pairs,
-    ParallelFiles,
-    fetch_multi30k_pair,
-    load_multi30k,
-    parallel_files,
-    read_parallel,
-)
+from minimt.data.corpus import DataError, Pairs, ParallelFiles, parallel_files, read_parallel
 from minimt.data.length_split import (
     AS_LENGTH_SPLIT,
     LONG_PREFIX,
@@ -36,6 +28,7 @@ from minimt.data.length_split import (
     split_by_length,
     subsample,
 )
+from minimt.data.multi30k import fetch_multi30k_pair, load_multi30k
 from minimt.data.tokenized import (
     BatchedPairs,
     cached_token_pairs,
