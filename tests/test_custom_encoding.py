@@ -60,8 +60,8 @@ def test_an_outside_encoding_trains_and_shows_in_the_views(path, multi30k_dir, t
     events.Reload()
     images = set(events.Tags()["images"])
     adds = KINDS[path] == "add"
-    assert ("positions/table" in images) == adds
-    assert any(tag.startswith("cross_attention/") for tag in images)
+    assert ("views/positions/table" in images) == adds
+    assert any(tag.startswith("views/cross_attention/") for tag in images)
     magnitudes = metrics["input_magnitudes"]["best"]["src"]
     assert (magnitudes["ratio"] is not None) == adds
 

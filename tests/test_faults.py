@@ -293,7 +293,7 @@ def test_a_refused_event_file_write_is_one_line_naming_it_without_the_threads_tr
     with pytest.raises(WriteError) as raised, event_write_faults(tmp_path):
         with SummaryWriter(tmp_path) as writer:
             monkeypatch.setattr(io, "open", refusing)
-            writer.add_scalar("Loss/train", 1.0, 1)
+            writer.add_scalar("train/loss", 1.0, 1)
             writer.flush()
     assert str(raised.value).startswith(f"could not write {tmp_path}/events.out.tfevents.*: ")
     assert NO_SPACE in str(raised.value)

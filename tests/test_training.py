@@ -186,19 +186,19 @@ def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
     run_dir, _ = smoke_run
     tags = scalars(run_dir)
     need = {
-        "Loss/train",
+        "train/loss",
         "train/lr",
         "train/grad_norm",
         "train/tokens_per_sec",
-        "Loss/val",
+        "val/loss",
         "val/ppl",
-        "BLEU/val",
-        "chrF/val",
-        "BLEU/test",
-        "chrF/test",
+        "val/bleu",
+        "val/chrf",
+        "test/bleu",
+        "test/chrf",
     }
     assert need <= set(tags)
-    losses = tags["Loss/train"]
+    losses = tags["train/loss"]
     assert losses[-1] < losses[0] - 1.0, losses
     assert all(math.isfinite(x) for x in losses)
     validations = [
@@ -210,7 +210,8 @@ def test_smoke_run_logs_the_tensorboard_tags_and_the_loss_falls(smoke_run):
 @pytest.mark.slow
 def test_tensorboard_opens_on_bleu_and_loss(smoke_run):
     """TensorBoard's Time Series and Scalars tabs open their first two tag groups (the text
-    before a tag's first "/"), in character-code order, scalars and images together."""
+    before a tag's first "/"), in character-code order, scalars and images together: a finished
+    run opens on test/ (BLEU) and train/ (loss), a run in training on train/ and val/ (BLEU)."""
     run_dir, _ = smoke_run
     tags = set()
     for path in run_dir.glob("events.out.tfevents*"):
@@ -218,8 +219,8 @@ def test_tensorboard_opens_on_bleu_and_loss(smoke_run):
         acc.Reload()
         tags |= set(acc.Tags()["scalars"]) | set(acc.Tags()["images"])
     groups = sorted({tag.split("/")[0] for tag in tags})
-    assert groups[:2] == ["BLEU", "Loss"]
-    assert {"cross_attention", "embedding", "positions"} <= set(groups[2:])
+    assert groups == ["test", "train", "val", "views"]
+    assert {"test/bleu", "train/loss", "val/loss", "val/bleu"} <= tags
 
 
 @pytest.mark.slow
@@ -232,10 +233,10 @@ def test_smoke_run_writes_the_embedding_views(smoke_run):
         images |= set(acc.Tags()["images"])
         with contextlib.suppress(KeyError):  # raised by the event files without hparams
             hparams |= bool(acc.PluginTagToContent("hparams"))
-    assert {"positions/table", "positions/cosine_similarity"} <= images
-    assert any(tag.startswith("cross_attention/") for tag in images) and hparams
+    assert {"views/positions/table", "views/positions/cosine_similarity"} <= images
+    assert any(tag.startswith("views/cross_attention/") for tag in images) and hparams
     assert (run_dir / "projector_config.pbtxt").is_file()
-    assert {"embedding/token_norm", "embedding/position_norm"} <= set(scalars(run_dir))
+    assert {"views/embedding/token_norm", "views/embedding/position_norm"} <= set(scalars(run_dir))
 
 
 @pytest.mark.slow

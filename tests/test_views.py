@@ -154,8 +154,8 @@ def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
     assert [m.name.tag for m in experiment.metric_infos] == [
         "val/best_bleu",
         "val/loss_at_best",
-        "BLEU/test",
-        "BLEU/test_average",
+        "test/bleu",
+        "test_average/bleu",
     ]
 
     (group,) = groups
@@ -188,7 +188,7 @@ def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
     assert metrics == {
         "val/best_bleu": (30.5, 120),
         "val/loss_at_best": (2.5, 120),
-    }  # BLEU/test and BLEU/test_average: train.evaluation.finish logs them, not log_hparams
+    }  # test/bleu and test_average/bleu: train.evaluation.finish logs them, not log_hparams
 
     accumulator = events(writer)
     assert set(accumulator.Tags()["scalars"]) == {"val/best_bleu", "val/loss_at_best"}
@@ -197,14 +197,14 @@ def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
 
 def test_hparams_metrics_are_the_runs_last_scalars(writer, tmp_path):
     for step, bleu in ((50, 20.0), (120, 31.0)):  # as score_checkpoint logs the headline set
-        writer.add_scalar("BLEU/test", bleu, step)
+        writer.add_scalar("test/bleu", bleu, step)
     log_hparams(writer, study_config(), FINISHED | {"val_history": []})
     writer.flush()
 
     experiment, (group,) = hparams_plugin_view(tmp_path)
-    assert [m.name.tag for m in experiment.metric_infos] == ["val/best_bleu", "BLEU/test"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/best_bleu", "test/bleu"]
     metrics = {m.name.tag: m.value for m in group.metric_values}
-    assert metrics == {"val/best_bleu": 30.5, "BLEU/test": 31.0}
+    assert metrics == {"val/best_bleu": 30.5, "test/bleu": 31.0}
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,7 @@ def test_positional_views_written(writer, tokenizers, pe):
     log_positional_views(writer, model, step=3, max_positions=40)
 
     images = events(writer).Tags()["images"]
-    assert set(images) == {"positions/table", "positions/cosine_similarity"}
+    assert set(images) == {"views/positions/table", "views/positions/cosine_similarity"}
 
 
 def test_positional_table_is_the_added_table(tokenizers):
@@ -327,7 +327,9 @@ def test_sides_with_different_encodings_are_drawn_apart(writer, tokenizers, side
 
     drawn = set(events(writer).Tags()["images"])
     assert drawn == {
-        f"positions/{side}/{view}" for side in images for view in ("table", "cosine_similarity")
+        f"views/positions/{side}/{view}"
+        for side in images
+        for view in ("table", "cosine_similarity")
     }
     for side in ("src", "tgt"):
         assert (positional_table(model, side) is not None) == (side in images)
@@ -342,8 +344,11 @@ def test_no_positional_table_writes_nothing(writer, tokenizers, pe):
 
     accumulator = events(writer)
     assert accumulator.Tags()["images"] == []
-    assert set(accumulator.Tags()["scalars"]) == {"embedding/token_norm", "embedding/position_norm"}
-    assert accumulator.Scalars("embedding/position_norm")[0].value == 0
+    assert set(accumulator.Tags()["scalars"]) == {
+        "views/embedding/token_norm",
+        "views/embedding/position_norm",
+    }
+    assert accumulator.Scalars("views/embedding/position_norm")[0].value == 0
 
 
 def test_cosine_similarity_matrix():
@@ -367,13 +372,13 @@ def test_embedding_norms_scale_by_sqrt_d_model(tmp_path, tokenizers):
         norms[scale] = {tag: accumulator.Scalars(tag)[-1].value for tag in tags}
     d_model = 16
     on, off = norms[True], norms[False]
-    assert on["embedding/token_norm"] == pytest.approx(
-        off["embedding/token_norm"] * math.sqrt(d_model), rel=1e-5
+    assert on["views/embedding/token_norm"] == pytest.approx(
+        off["views/embedding/token_norm"] * math.sqrt(d_model), rel=1e-5
     )
     # sin^2 + cos^2 = 1 per pair of dimensions: every sinusoidal row has norm sqrt(d_model / 2)
-    assert on["embedding/position_norm"] == pytest.approx(math.sqrt(d_model / 2), rel=1e-5)
-    assert on["embedding/token_to_position"] == pytest.approx(
-        on["embedding/token_norm"] / on["embedding/position_norm"], rel=1e-5
+    assert on["views/embedding/position_norm"] == pytest.approx(math.sqrt(d_model / 2), rel=1e-5)
+    assert on["views/embedding/token_to_position"] == pytest.approx(
+        on["views/embedding/token_norm"] / on["views/embedding/position_norm"], rel=1e-5
     )
 
 
@@ -423,7 +428,7 @@ def test_cross_attention_heatmap_per_sentence(writer, tokenizers, monkeypatch, l
     log_cross_attention(writer, model, b.src, b.tgt_in, 4, tokenizers, layer)
 
     images = events(writer).Tags()["images"]
-    assert set(images) == {"cross_attention/0", "cross_attention/1"}
+    assert set(images) == {"views/cross_attention/0", "views/cross_attention/1"}
     assert titles == [
         f"sentence {i}: cross-attention of decoder {named}\n"
         "mean over 2 heads, reference fed in (teacher forcing)"

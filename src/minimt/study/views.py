@@ -1,5 +1,9 @@
 """The study's TensorBoard views: what each embedding choice does to the model (none changes the
-weights), drawn by the training hook that scripts/train.py installs unless `views: false`."""
+weights), drawn by the training hook that scripts/train.py installs unless `views: false`.
+
+Every view's tag starts with views/: TensorBoard opens only the first two tag groups (the text
+before a tag's first "/") in character-code order, and views/ sorts after a run's own test/,
+train/ and val/, so a run opens on its loss and BLEU."""
 
 from __future__ import annotations
 
@@ -23,7 +27,6 @@ from minimt.model.transformer import MultiHeadAttention, Transformer
 from minimt.pe_section import encoding_choices
 from minimt.study.plots import FIGURE_DPI
 from minimt.train.evaluation import Hook, RunContext
-from minimt.train.progress import scalar_tag
 
 ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each validation draws
 
@@ -68,7 +71,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
     """The run's HPARAMS entry, in the writer's own event file (its folder is the session):
     hparams_row's settings, STUDY_VARIABLES marked `differs`, and as metrics the last value of
     scalar tags in the run: val/best_bleu and val/loss_at_best (the val loss at that step),
-    written here at the final step, then BLEU/test and BLEU/test_average where the run has them."""
+    written here at the final step, then test/bleu and test_average/bleu where the run has them."""
     step = metrics["steps"]
     scores = {"val/best_bleu": metrics["best_val_bleu"]}
     best = [v for v in metrics["val_history"] if v["step"] == metrics["best_step"]]
@@ -78,7 +81,7 @@ def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
         writer.add_scalar(tag, value, step)
     for key in ("test", "test_average"):  # scored and logged by train.evaluation.finish
         if metrics.get(key):
-            scores[scalar_tag(key, "bleu")] = next(iter(metrics[key].values()))["bleu"]
+            scores[f"{key}/bleu"] = next(iter(metrics[key].values()))["bleu"]
     row = hparams_row(cfg)
     # the built-in names, and a class's import path where a side names one
     encodings = list(dict.fromkeys([*BUILT_IN_ENCODINGS, row["pe.encoder"], row["pe.decoder"]]))
@@ -189,11 +192,12 @@ def log_positional_views(
     writer: SummaryWriter, model: Transformer, step: int, max_positions: int = 128
 ) -> None:
     """The positional table (positions x dims) and its cosine similarity, as images: under
-    positions/, or positions/src/ and positions/tgt/ when the sides differ; none for a side
-    whose encoding adds no table."""
+    views/positions/, or views/positions/src/ and views/positions/tgt/ when the sides differ;
+    none for a side whose encoding adds no table."""
     embedding = model.embedding
     shared = embedding.src_positions is embedding.tgt_positions
-    sides = {"positions": "src"} if shared else {"positions/src": "src", "positions/tgt": "tgt"}
+    separate = {"views/positions/src": "src", "views/positions/tgt": "tgt"}
+    sides = {"views/positions": "src"} if shared else separate
     for prefix, side in sides.items():
         table = positional_table(model, side)
         if table is None:
@@ -218,10 +222,10 @@ def log_embedding_norms(writer: SummaryWriter, model: Transformer, src: Tensor, 
     real = src != model.pad_id  # (B, S)
     token_norm = tokens.norm(dim=-1)[real].mean().item()
     position_norm = positional.norm(dim=-1)[real].mean().item()
-    writer.add_scalar("embedding/token_norm", token_norm, step)
-    writer.add_scalar("embedding/position_norm", position_norm, step)
+    writer.add_scalar("views/embedding/token_norm", token_norm, step)
+    writer.add_scalar("views/embedding/position_norm", position_norm, step)
     if position_norm > 0:
-        writer.add_scalar("embedding/token_to_position", token_norm / position_norm, step)
+        writer.add_scalar("views/embedding/token_to_position", token_norm / position_norm, step)
 
 
 @torch.no_grad()
@@ -259,7 +263,7 @@ def log_cross_attention(
     tokenizers: TokenizerPair,
     layer: int = -1,
 ) -> None:
-    """A heatmap per sentence i of src (B, S), tgt_in (B, T), as cross_attention/<i>: decoder
+    """A heatmap per sentence i of src (B, S), tgt_in (B, T), as views/cross_attention/<i>: decoder
     layer `layer`'s cross-attention (by default the last) with the reference fed in, mean over
     heads; rows are the target tokens each query predicts, columns the source tokens. The title
     counts layers from 1, as "layer L of N" reads."""
@@ -277,7 +281,7 @@ def log_cross_attention(
         predicted = [*tgt_ids[1:t], EOS_ID]  # query t predicts tgt_in[t + 1]
         labels = token_labels(tokenizers.src, src_ids[:s]), token_labels(tokenizers.tgt, predicted)
         figure = heatmap(probs[i, :t, :s], title, ("source", "target"), (0.0, 1.0), labels)
-        writer.add_figure(f"cross_attention/{i}", figure, step)
+        writer.add_figure(f"views/cross_attention/{i}", figure, step)
 
 
 def heatmap(

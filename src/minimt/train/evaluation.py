@@ -183,8 +183,8 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
     """Load the weights at `path` into the model and score every test set with beam search.
 
     `key` is "test" (hypotheses in hyps.<name>.txt) or "test_average" (hyps.<name>.average.txt);
-    TensorBoard gets BLEU/<key> and chrF/<key> for the first test set (the headline) and
-    BLEU/<key>/<name>, chrF/<key>/<name> for the others.
+    TensorBoard gets <key>/bleu and <key>/chrf for the first test set (the headline) and
+    <key>/<name>/bleu, <key>/<name>/chrf for the others.
     """
     load_weights(run.model, load_checkpoint(path)["model"], path)
     beam, length_penalty = run.cfg.decoding.test_beam, run.cfg.decoding.length_penalty

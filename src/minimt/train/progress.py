@@ -114,24 +114,11 @@ class Window:
         return self.tokens / (time.monotonic() - self.start)
 
 
-# TensorBoard opens only its first two tag groups, ordered by character code (capitals first).
-# Loss, BLEU and chrF are grouped by metric ("Loss/train", "Loss/val", "BLEU/val"), spelt with
-# capitals as sacreBLEU and torch's TensorBoard tutorial spell them, so BLEU and Loss are the
-# groups a user sees on opening; every other value stays in its split's group ("train/lr").
-METRIC_GROUPS = {"loss": "Loss", "bleu": "BLEU", "chrf": "chrF"}
-
-
-def scalar_tag(split: str, name: str) -> str:
-    """The TensorBoard tag of `name` measured on `split`: "BLEU/val", "BLEU/test/test_2017_flickr",
-    "train/lr"."""
-    group = METRIC_GROUPS.get(name)
-    return f"{group}/{split}" if group else f"{split}/{name}"
-
-
 def log_scalars(writer: SummaryWriter, split: str, values: dict[str, float], step: int) -> None:
-    """Each of `values` (name -> value, measured on `split`) under its scalar_tag."""
+    """Each of `values` (name -> value, measured on `split`) as "<split>/<name>": "train/loss",
+    "val/bleu", "test/test_2017_flickr/bleu"."""
     for name, value in values.items():
-        writer.add_scalar(scalar_tag(split, name), value, step)
+        writer.add_scalar(f"{split}/{name}", value, step)
 
 
 def log_window(
