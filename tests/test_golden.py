@@ -19,7 +19,9 @@ kernel set differs between CPUs too (an AMD EPYC's and an Intel Xeon's AVX512 va
 last bits). Where this machine's values were recorded with this torch version they must match
 exactly; elsewhere they must match another machine's (the same capability's first) within a
 relative tolerance, which a changed random draw or formula still exceeds. A failure says which
-comparison applied.
+comparison applied. A CPU can also be held to another machine's values exactly, where it runs
+the same kernels (an AVX512 CPU on its AVX2 kernels):
+    ATEN_CPU_CAPABILITY=avx2 MINIMT_GOLDEN_AS="AVX2 AuthenticAMD 25/1" pytest tests/test_golden.py
 
 Re-record, only after a change meant to change training (and say so in its commit), or to add
 this machine's values (then check first that the tolerance comparison passes here):
@@ -132,8 +134,11 @@ def expected_values(name: str) -> tuple[bool, str, dict[str, list[float]]]:
     """Whether to compare exactly, which comparison applies (in words) and the values recorded
     for config `name`: this machine's when recorded with this torch version, else those of this
     machine or, without them, of another one (of this capability first, then in name order), to
-    compare with a tolerance."""
-    golden, here = load_golden(), machine()
+    compare with a tolerance. MINIMT_GOLDEN_AS names a recorded machine this one is meant to
+    train exactly as (another CPU on the same kernels, ATEN_CPU_CAPABILITY=avx2)."""
+    golden, here = load_golden(), os.environ.get("MINIMT_GOLDEN_AS") or machine()
+    if here != machine() and here not in golden:
+        pytest.fail(f"MINIMT_GOLDEN_AS={here!r} has no values; recorded: {', '.join(golden)}")
     capability = here.split()[0]
     others = sorted((k for k in golden if k != here), key=lambda k: (k.split()[0] != capability, k))
     candidates = [here, *others]
@@ -182,6 +187,19 @@ def largest_differences(got: dict[str, list[float]], expected: dict[str, list[fl
 @pytest.fixture(scope="module")
 def golden_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("golden")
+
+
+def test_golden_as_names_the_recorded_machine_to_match_exactly(monkeypatch):
+    recorded = {"loss": [(1.5).hex()], "grad_norm": [(0.25).hex()]}
+    golden = {"AVX2 AuthenticAMD 25/1": {"torch": torch.__version__, "smoke": recorded}}
+    monkeypatch.setattr(sys.modules[__name__], "load_golden", lambda: golden)
+    monkeypatch.setenv("MINIMT_GOLDEN_AS", "AVX2 AuthenticAMD 25/1")
+    exact, how, values = expected_values("smoke")
+    assert exact and how.startswith("exact comparison: recorded on AVX2 AuthenticAMD 25/1")
+    assert values == {"loss": [1.5], "grad_norm": [0.25]}
+    monkeypatch.setenv("MINIMT_GOLDEN_AS", "AVX2 GenuineIntel 6/85")
+    with pytest.raises(pytest.fail.Exception, match="MINIMT_GOLDEN_AS='AVX2 GenuineIntel 6/85'"):
+        expected_values("smoke")
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

@@ -153,7 +153,7 @@ def test_the_ratio_a_config_gives_is_the_one_a_model_built_from_it_measures(arm)
     assert init_ratio(recorded) == 2.5
 
 
-def scored_on_2017_too(r: Run, shift: float, machine: str = "AMD EPYC") -> Run:
+def scored_on_2017_too(r: Run, shift: float, machine: str = "AMD EPYC 7B13") -> Run:
     """The run, also scored on the two 2017 test sets (headline BLEU + shift), on `machine`."""
     bleu = r.scores(TEST_SET)["bleu"]
     r.metrics["test"] |= {name: {"bleu": bleu + shift} for name in SECONDARY_SETS}
@@ -190,14 +190,14 @@ def test_a_comparison_names_its_machines_where_its_runs_trained_on_more_than_one
     seeds = range(9, 21)
     learned = [scored_on_2017_too(r, 0) for r in scores("sinusoid_rms_learned", seeds, 39, 0)]
     sinusoidal = [
-        scored_on_2017_too(r, 0, "AMD EPYC" if r.seed < 15 else "Intel Xeon")
+        scored_on_2017_too(r, 0, "AMD EPYC 7B13" if r.seed < 15 else "Intel Xeon")
         for r in scores("full_sinusoidal", seeds, 39, 0)
     ]
     (headline, *_) = family("Q7", 1, learned + sinusoidal).comparisons
     assert headline.mixes_machines
     assert headline.describe_machines() == (
-        "sinusoid_rms_learned on AMD EPYC (9-20); "
-        "full_sinusoidal on AMD EPYC (9-14), Intel Xeon (15-20)"
+        "sinusoid_rms_learned on AMD EPYC 7B13 (9-20); "
+        "full_sinusoidal on AMD EPYC 7B13 (9-14), Intel Xeon (15-20)"
     )
 
 
@@ -206,6 +206,27 @@ def test_runs_recorded_before_provenance_are_named_by_the_studys_account():
     assert run("full_sinusoidal", 6, 39).machine == "Intel Xeon (family 6, model 207)"
     assert run("unscaled_small_sinusoidal", 1, 39).machine.startswith("Intel Xeon")
     assert run("share_none", 1, 39, experiment="study").machine == "unrecorded"  # device "cpu"
+
+
+def test_q7_runs_recorded_by_model_name_alone_are_named_by_the_studys_account():
+    def q7_run(arm: str, seed: int, recorded: str) -> Run:
+        r = run(arm, seed, 39)
+        r.metrics["provenance"] = {"machine": recorded}
+        return r
+
+    first = "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"
+    assert q7_run("full_sinusoidal", 9, "AMD EPYC").machine == first
+    assert q7_run("sinusoid_rms_learned", 18, "AMD EPYC").machine == first
+    assert q7_run("sinusoid_rms_learned", 19, "AMD EPYC").machine.startswith(
+        "AMD EPYC (family 26, model 2; torch's AVX2 kernels"
+    )
+    assert q7_run("full_sinusoidal", 20, "AMD EPYC").machine.startswith("AMD EPYC (family 26")
+    # a fuller name than the account's, another machine's, or another group's run keeps its own
+    named = "AMD EPYC (family 26, model 2; torch's AVX512 kernels)"
+    assert q7_run("full_sinusoidal", 19, named).machine == named
+    assert q7_run("full_sinusoidal", 10, "Intel Xeon").machine == "Intel Xeon"
+    assert q7_run("full_sinusoidal", 21, "AMD EPYC").machine == "AMD EPYC"
+    assert q7_run("full_learned", 10, "AMD EPYC").machine == "AMD EPYC"
 
 
 def test_an_arm_no_question_covers_gets_an_exploratory_verdict_against_the_reference():

@@ -104,16 +104,20 @@ class Run:
 
     @property
     def machine(self) -> str:
-        """What it trained on: metrics.json "provenance", or, for the runs recorded before it,
-        the account docs/study.md gives of them (RECORDED_MACHINES), the GPU's name "device"
-        gives, or "unrecorded"."""
+        """What it trained on: the account docs/study.md gives of its run group
+        (RECORDED_MACHINES) where metrics.json "provenance" names no machine or only the start of
+        that account's name (a CPU's model name without its family, model and kernels), else
+        the machine "provenance" names, the GPU's name "device" gives, or "unrecorded"."""
         recorded = self.metrics.get("provenance", {}).get("machine")
-        if recorded:
-            return recorded
         protocol = protocol_of(self.metrics).name
         for (name, arms, seeds), machine in RECORDED_MACHINES.items():
-            if protocol == name and (arms is None or self.arm in arms) and self.seed in seeds:
+            in_group = (
+                protocol == name and (arms is None or self.arm in arms) and self.seed in seeds
+            )
+            if in_group and (not recorded or machine.startswith(recorded)):
                 return machine
+        if recorded:
+            return recorded
         device = self.metrics.get("device")
         return device if device and device != "cpu" else "unrecorded"
 
@@ -133,12 +137,17 @@ class Run:
 
 
 EPYC, XEON = "AMD EPYC", "Intel Xeon (family 6, model 207)"
+# Q7's runs trained from a commit whose records named a CPU by its model name alone.
+Q7_ARMS = ("full_sinusoidal", "sinusoid_rms_learned")
+Q7_FIRST_EPYC = "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"
+Q7_SECOND_EPYC = "AMD EPYC (family 26, model 2; torch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2)"
 SCALING_ARMS = (  # sweep=scaling_cpu's
     *("full_sinusoidal", "unscaled_sinusoidal", "init1_sinusoidal", "unscaled_init1_sinusoidal"),
     *("full_learned", "unscaled_learned", "full_rope", "unscaled_rope"),
 )
-# The CPU runs recorded before metrics.json had "provenance", by docs/study.md's account of where
-# each group ran: (protocol, arms or None for every arm, seeds) -> machine.
+# The CPU runs recorded before metrics.json had "provenance", or whose "provenance" names the CPU's
+# model alone, by docs/study.md's account of where each group ran:
+# (protocol, arms or None for every arm, seeds) -> machine.
 RECORDED_MACHINES: dict[tuple[str, tuple[str, ...] | None, tuple[int, ...]], str] = {
     ("study", None, (1, 2, 3)): "NVIDIA H100",
     ("study_cpu", SCALING_ARMS, (1, 2, 3)): EPYC,
@@ -147,6 +156,8 @@ RECORDED_MACHINES: dict[tuple[str, tuple[str, ...] | None, tuple[int, ...]], str
     ("study_cpu", ("full_learned", "unscaled_learned"), (4, 5, 6, 7, 8)): XEON,
     ("study_cpu", ("unscaled_small_sinusoidal",), (1, 2, 3, 4, 5)): XEON,
     ("study_cpu", ("init1_sinusoidal", "unscaled_init1_sinusoidal"), (4, 5)): XEON,
+    ("study_cpu", Q7_ARMS, tuple(range(9, 19))): Q7_FIRST_EPYC,
+    ("study_cpu", Q7_ARMS, (19, 20)): Q7_SECOND_EPYC,
 }
 
 
