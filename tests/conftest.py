@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # torch thread instead of all of them
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+
+# Tests send SIGINT to this process and to the scripts they start, which must see it as Ctrl-C
+# does. A shell starts a background job (`make test &`) with SIGINT ignored, which Python keeps
+# and the scripts would inherit: restore Python's own handler (a script started from here then
+# begins with the default action).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DEFAULT_MULTI30K_DIR = Path(__file__).parents[1].parent / "shared" / "data" / "multi30k"
 
