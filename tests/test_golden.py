@@ -136,8 +136,9 @@ def expected_values(name: str) -> tuple[bool, str, dict[str, list[float]]]:
     machine or, without them, of another one (of this capability first, then in name order), to
     compare with a tolerance. MINIMT_GOLDEN_AS names a recorded machine this one is meant to
     train exactly as (another CPU on the same kernels, ATEN_CPU_CAPABILITY=avx2)."""
-    golden, here = load_golden(), os.environ.get("MINIMT_GOLDEN_AS") or machine()
-    if here != machine() and here not in golden:
+    golden, this_machine = load_golden(), machine()
+    here = os.environ.get("MINIMT_GOLDEN_AS") or this_machine
+    if here != this_machine and here not in golden:
         pytest.fail(f"MINIMT_GOLDEN_AS={here!r} has no values; recorded: {', '.join(golden)}")
     capability = here.split()[0]
     others = sorted((k for k in golden if k != here), key=lambda k: (k.split()[0] != capability, k))
