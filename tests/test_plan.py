@@ -4,6 +4,7 @@ ratio of a run that did not record it is the one its config gives."""
 
 import copy
 import functools
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from minimt.config import build_model
+from minimt.rundir import DamagedRecord
 from minimt.study.answers import answer_questions
 from minimt.study.questions import OTHER_ARMS, PLAN
 from minimt.study.runs import Run, init_ratio
@@ -201,32 +203,36 @@ def test_a_comparison_names_its_machines_where_its_runs_trained_on_more_than_one
     )
 
 
-def test_runs_recorded_before_provenance_are_named_by_the_studys_account():
-    assert run("full_sinusoidal", 2, 39).machine == "AMD EPYC"
-    assert run("full_sinusoidal", 6, 39).machine == "Intel Xeon (family 6, model 207)"
-    assert run("unscaled_small_sinusoidal", 1, 39).machine.startswith("Intel Xeon")
+def test_a_run_without_provenance_is_named_by_its_gpu_or_unrecorded():
     assert run("share_none", 1, 39, experiment="study").machine == "unrecorded"  # device "cpu"
+    on_gpu = run("share_none", 1, 39, experiment="study")
+    on_gpu.metrics["device"] = "NVIDIA H100 80GB HBM3"
+    assert on_gpu.machine == "NVIDIA H100 80GB HBM3"
 
 
-def test_q7_runs_recorded_by_model_name_alone_are_named_by_the_studys_account():
-    def q7_run(arm: str, seed: int, recorded: str) -> Run:
-        r = run(arm, seed, 39)
-        r.metrics["provenance"] = {"machine": recorded}
-        return r
-
-    first = "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"
-    assert q7_run("full_sinusoidal", 9, "AMD EPYC").machine == first
-    assert q7_run("sinusoid_rms_learned", 18, "AMD EPYC").machine == first
-    assert q7_run("sinusoid_rms_learned", 19, "AMD EPYC").machine.startswith(
-        "AMD EPYC (family 26, model 2; torch's AVX2 kernels"
+def test_a_sidecar_adds_to_and_corrects_a_records_provenance(tmp_path):
+    r = run("sinusoid_rms_learned", 19, 39)
+    r.dir = tmp_path
+    r.metrics["provenance"] = {"machine": "AMD EPYC", "commit": "413ee26"}
+    assert r.machine == "AMD EPYC"
+    sidecar = {
+        "cpu": {"family": 26, "model": 2, "model_name": "AMD EPYC", "kernels": "AVX2"},
+        "environment": {"ATEN_CPU_CAPABILITY": "avx2"},
+    }
+    (tmp_path / "provenance.json").write_text(json.dumps(sidecar))
+    del r.provenance  # the cached read
+    assert (
+        r.machine == "AMD EPYC (family 26, model 2; torch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2)"
     )
-    assert q7_run("full_sinusoidal", 20, "AMD EPYC").machine.startswith("AMD EPYC (family 26")
-    # a fuller name than the account's, another machine's, or another group's run keeps its own
-    named = "AMD EPYC (family 26, model 2; torch's AVX512 kernels)"
-    assert q7_run("full_sinusoidal", 19, named).machine == named
-    assert q7_run("full_sinusoidal", 10, "Intel Xeon").machine == "Intel Xeon"
-    assert q7_run("full_sinusoidal", 21, "AMD EPYC").machine == "AMD EPYC"
-    assert q7_run("full_learned", 10, "AMD EPYC").machine == "AMD EPYC"
+    assert r.provenance["commit"] == "413ee26"
+
+
+def test_a_damaged_sidecar_is_an_error_that_names_it(tmp_path):
+    r = run("full_sinusoidal", 9, 39)
+    r.dir = tmp_path
+    (tmp_path / "provenance.json").write_text('{"cpu": ')
+    with pytest.raises(DamagedRecord, match=r"provenance\.json is not valid JSON.*restore it"):
+        _ = r.machine
 
 
 def test_an_arm_no_question_covers_gets_an_exploratory_verdict_against_the_reference():

@@ -8,7 +8,16 @@ from datetime import datetime
 import torch
 
 import minimt.provenance as provenance_module
-from minimt.provenance import machine_name, provenance, session, source_commit, utc_now
+from minimt.provenance import (
+    describe_machine,
+    numerics_environment,
+    provenance,
+    read_starts,
+    record_start,
+    session,
+    source_commit,
+    utc_now,
+)
 from tests.helpers import REPO
 
 
@@ -42,16 +51,57 @@ def test_the_first_session_starts_the_run_and_the_last_names_its_machine():
     assert record["started_utc"] == first["started_utc"] <= record["ended_utc"]
     assert record["machine"] == "another CPU" and record["sessions"] == [first, last]
     assert record["torch"] == torch.__version__ and record["num_threads"] >= 1
-    assert first["machine"] == machine_name(torch.device("cpu")) != ""
+    assert record["cpu"] == first["cpu"] and record["discarded_starts"] == []
+    assert first["machine"] == describe_machine(first) != ""
+    assert first["from_step"] == 0 and session(torch.device("cpu"), 40)["from_step"] == 40
     datetime.strptime(utc_now(), "%Y-%m-%dT%H:%M:%SZ")  # UTC, to the second
 
 
-def test_a_cpu_is_named_with_its_family_model_and_torchs_kernel_set(monkeypatch):
+def test_a_cpu_is_recorded_by_vendor_family_model_name_and_torchs_kernel_set(monkeypatch):
     kernels = torch.backends.cpu.get_cpu_capability()
-    info = {"model name": "AMD EPYC", "cpu family": "25", "model": "1"}
+    info = {"model name": "AMD EPYC", "cpu family": "25", "model": "1", "vendor_id": "AuthenticAMD"}
     monkeypatch.setattr(provenance_module, "cpu_info", lambda: info)
-    named = machine_name(torch.device("cpu"))
-    assert named == f"AMD EPYC (family 25, model 1; torch's {kernels} kernels)"
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    started = session(torch.device("cpu"))
+    assert started["cpu"] == {
+        "vendor": "AuthenticAMD",
+        "family": 25,
+        "model": 1,
+        "model_name": "AMD EPYC",
+        "kernels": kernels,
+    }
+    assert started["machine"] == f"AMD EPYC (family 25, model 1; torch's {kernels} kernels)"
     monkeypatch.setattr(provenance_module, "cpu_info", lambda: {})  # no /proc/cpuinfo
     monkeypatch.setattr(provenance_module.platform, "processor", lambda: "")
-    assert machine_name(torch.device("cpu")) == f"unknown (torch's {kernels} kernels)"
+    assert session(torch.device("cpu"))["machine"] == f"unknown (torch's {kernels} kernels)"
+
+
+def test_the_variables_that_change_numerics_are_recorded_and_a_forced_kernel_set_named():
+    environ = {"ATEN_CPU_CAPABILITY": "avx2", "OMP_NUM_THREADS": "1", "MKL_CBWR": "AUTO"}
+    environ |= {"HOME": "/root", "PATH": "/bin", "NVIDIA_TF32_OVERRIDE": "0"}
+    found = numerics_environment(environ)
+    assert found == {
+        k: environ[k]
+        for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS")
+    }
+    record = {"cpu": {"model_name": "AMD EPYC", "family": 26, "model": 2, "kernels": "AVX2"}}
+    assert describe_machine(record | {"environment": found}) == (
+        "AMD EPYC (family 26, model 2; torch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2)"
+    )
+    assert describe_machine({"cpu": {"model_name": "Intel Xeon", "family": 6, "model": 207}}) == (
+        "Intel Xeon (family 6, model 207)"
+    )
+    assert describe_machine({"machine": "AMD EPYC"}) == "AMD EPYC"  # an older record
+    assert describe_machine({"gpu": "NVIDIA H100", "cpu": record["cpu"]}) == "NVIDIA H100"
+
+
+def test_every_start_is_kept_and_a_start_that_led_nowhere_is_named(tmp_path):
+    abandoned = session(torch.device("cpu")) | {"started_utc": "2026-11-27T08:00:00Z"}
+    record_start(tmp_path, abandoned)
+    kept = session(torch.device("cpu"))
+    record_start(tmp_path, kept)
+    assert read_starts(tmp_path) == [abandoned, kept]
+    record = provenance([kept], read_starts(tmp_path))
+    assert record["sessions"] == [kept] and record["discarded_starts"] == [abandoned]
+    (tmp_path / "starts.json").write_text("[{")  # damaged: an aid, never a reason to stop
+    assert read_starts(tmp_path) == []

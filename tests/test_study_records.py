@@ -9,6 +9,7 @@ from datetime import datetime
 import pytest
 
 from minimt.study.questions import PLAN, PLAN_PROTOCOL
+from minimt.study.runs import load_run, load_sweep
 from scripts.report import main as report
 from tests.helpers import REPO
 
@@ -73,3 +74,16 @@ def test_every_q7_run_trained_from_the_plans_commit_or_later_and_after_it_was_ma
             )
             assert ancestry.returncode == 0, f"{name} trained from {start['commit']}"
             assert utc(start["started_utc"]) > planned_at, name
+
+
+def test_every_collected_run_names_its_machine_from_its_record_or_sidecar():
+    runs, _ = load_sweep(STUDY / "runs")
+    machines = {(run.configuration.name, run.seed): run.machine for run in runs}
+    assert "unrecorded" not in machines.values()
+    first = "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"
+    second = "AMD EPYC (family 26, model 2; torch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2)"
+    for arm in Q7.arms:
+        assert {machines[arm, seed] for seed in Q7.seeds if seed < 19} == {first}
+        assert {machines[arm, seed] for seed in (19, 20)} == {second}
+        starts = load_run(STUDY / "runs" / PLAN_PROTOCOL / arm / "seed19", None)[0]
+        assert len(starts.provenance["discarded_starts"]) == 2, arm

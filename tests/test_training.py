@@ -355,6 +355,21 @@ def test_train_resolves_the_configs_own_interpolations_without_the_script(tmp_pa
     assert metrics["config"]["pe"]["init_std"] == 32**-0.5
 
 
+def test_a_run_started_again_from_update_0_records_the_start_it_replaced(tmp_path):
+    cfg = compose_config(
+        *toy_run_overrides(tmp_path / "data", "trainer.max_steps=2", "views=false")
+    )
+    first = train(cfg, tmp_path / "run")
+    again = train(cfg, tmp_path / "run")  # the same directory, no resume=
+    (replaced,) = first["provenance"]["sessions"]
+    assert again["provenance"]["discarded_starts"] == [replaced]
+    assert again["provenance"]["sessions"][0]["from_step"] == 0
+    assert json.loads((tmp_path / "run" / "starts.json").read_text()) == [
+        replaced,
+        *again["provenance"]["sessions"],
+    ]
+
+
 @pytest.mark.slow
 def test_a_resumed_run_stops_at_the_validation_an_uninterrupted_one_does(tmp_path):
     def config(*extra):

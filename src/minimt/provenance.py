@@ -1,20 +1,33 @@
-"""Where, when and from what a run trained: the machine, torch, its threads, the source commit,
-and UTC wall-clock times (metrics.json "provenance"), so that a reader can tell runs of two
-machines apart and check that a plan preceded the runs it governs."""
+"""Where, when and from what a run trained: the machine (its CPU's vendor, family, model and the
+kernel set torch runs on it, or its GPU), the environment variables that change numerics, torch,
+its threads, the source commit and UTC wall-clock times (metrics.json "provenance"), so that a
+reader can tell runs of two machines apart and check that a plan preceded the runs it governs.
+
+Every start of a run, and every resume, is also appended to the run directory's starts.json, so
+that a start restarted from update 0 in the same directory stays on record."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import platform
 import subprocess
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from minimt.atomic import write_text
 from minimt.runtime import device_name
 
 SOURCE_DIR = Path(__file__).resolve().parent
+STARTS_FILE = "starts.json"
+# Environment variables that pick kernels, threads or floating-point modes: runs that differ in
+# one of them need not match bit for bit.
+NUMERICS_VARIABLES = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")
+NUMERICS_PREFIXES = ("ATEN_", "OMP_", "MKL_", "KMP_", "ONEDNN_", "DNNL_", "OPENBLAS_", "CUBLAS_")
 
 
 def utc_now() -> str:
@@ -33,18 +46,48 @@ def cpu_info() -> dict[str, str]:
     return info
 
 
-def machine_name(device: torch.device) -> str:
-    """The GPU's name on CUDA. On a CPU its model name (else the platform's processor string,
-    else "unknown") with its family and model and the kernel set torch runs on it, as fp32 sums
-    differ between kernel sets: "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"."""
-    if device.type == "cuda":
-        return device_name(device)
+def cpu() -> dict[str, object]:
+    """This CPU: vendor, family, model (integers), model name (else the platform's processor
+    string, else "unknown") and the kernel set torch runs on it, as fp32 sums differ between
+    kernel sets."""
     info = cpu_info()
-    name = info.get("model name") or platform.processor() or "unknown"
-    details = [f"torch's {torch.backends.cpu.get_cpu_capability()} kernels"]
-    if info.get("cpu family") and info.get("model"):
-        details.insert(0, f"family {info['cpu family']}, model {info['model']}")
-    return f"{name} ({'; '.join(details)})"
+    record: dict[str, object] = {"vendor": info.get("vendor_id")}
+    for field, key in (("family", "cpu family"), ("model", "model")):
+        record[field] = int(info[key]) if info.get(key, "").isdigit() else None
+    record["model_name"] = info.get("model name") or platform.processor() or "unknown"
+    record["kernels"] = torch.backends.cpu.get_cpu_capability()
+    return record
+
+
+def numerics_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The set environment variables (of `environ`, else this process's) that change numerics."""
+    environ = os.environ if environ is None else environ
+    return {
+        name: value
+        for name, value in sorted(environ.items())
+        if name in NUMERICS_VARIABLES or name.startswith(NUMERICS_PREFIXES)
+    }
+
+
+def describe_machine(record: dict) -> str:
+    """A session's (or a record's) machine in words, from its structured fields: the GPU's name,
+    or the CPU's model name with what is known of its family, model and kernels, and a forced
+    kernel set: "AMD EPYC (family 26, model 2; torch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2)".
+    A record without them (an older run) keeps the "machine" it names, else "unrecorded"."""
+    if record.get("gpu"):
+        return str(record["gpu"])
+    found = record.get("cpu")
+    if not found:
+        return str(record.get("machine") or "unrecorded")
+    details = []
+    if found.get("family") is not None and found.get("model") is not None:
+        details.append(f"family {found['family']}, model {found['model']}")
+    kernels = [f"torch's {found['kernels']} kernels"] if found.get("kernels") else []
+    forced = record.get("environment", {}).get("ATEN_CPU_CAPABILITY")
+    kernels += [f"ATEN_CPU_CAPABILITY={forced}"] if forced else []
+    details += [", ".join(kernels)] if kernels else []
+    name = str(found.get("model_name") or "unknown")
+    return f"{name} ({'; '.join(details)})" if details else name
 
 
 def source_commit(source_dir: Path = SOURCE_DIR) -> str | None:
@@ -68,22 +111,48 @@ def source_commit(source_dir: Path = SOURCE_DIR) -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
-def session(device: torch.device) -> dict[str, object]:
-    """One training session (a run's start, or a resume): when it started, on what."""
+def session(device: torch.device, from_step: int = 0) -> dict[str, object]:
+    """One training session (a run's start at update 0, or a resume at `from_step`): when it
+    started, on what, with which numerics settings."""
+    record: dict[str, object] = {"started_utc": utc_now(), "from_step": from_step}
+    if device.type == "cuda":
+        record["gpu"] = device_name(device)
+    record |= {"cpu": cpu(), "environment": numerics_environment()}
     return {
-        "started_utc": utc_now(),
-        "machine": machine_name(device),
+        **record,
+        "machine": describe_machine(record),
         "torch": str(torch.__version__),
         "num_threads": torch.get_num_threads(),
         "commit": source_commit(),
     }
 
 
-def provenance(sessions: list[dict[str, object]]) -> dict[str, object]:
-    """metrics.json "provenance": the latest session's machine, torch, threads and commit, the
-    first session's start and the end of training (now), and every session where the run was
-    resumed (a resume may run on another machine)."""
+SUMMARY_KEYS = ("machine", "cpu", "gpu", "environment", "torch", "num_threads", "commit")
+
+
+def provenance(sessions: list[dict[str, object]], starts: Sequence[dict] = ()) -> dict[str, object]:
+    """metrics.json "provenance": the latest session's machine, environment, torch, threads and
+    commit, the first session's start and the end of training (now), every session of the run
+    (a resume may run on another machine), and the `starts` of its directory (starts.json) that
+    led nowhere: a start whose updates a later start from update 0 replaced."""
     last = sessions[-1]
-    summary = {key: last[key] for key in ("machine", "torch", "num_threads", "commit")}
+    summary = {key: last[key] for key in SUMMARY_KEYS if key in last}
     summary |= {"started_utc": sessions[0]["started_utc"], "ended_utc": utc_now()}
-    return summary | {"sessions": sessions}
+    discarded = [start for start in starts if start not in sessions]
+    return summary | {"sessions": sessions, "discarded_starts": discarded}
+
+
+def read_starts(run_dir: Path) -> list[dict]:
+    """The sessions recorded in run_dir/starts.json, oldest first; [] where there is none (or
+    where it is not a list: the record of starts is an aid, never a reason to stop)."""
+    with contextlib.suppress(OSError, ValueError):
+        starts = json.loads((run_dir / STARTS_FILE).read_bytes())
+        if isinstance(starts, list):
+            return [start for start in starts if isinstance(start, dict)]
+    return []
+
+
+def record_start(run_dir: Path, started: dict) -> None:
+    """Append a session to run_dir/starts.json (written whole, so never half a list)."""
+    starts = [*read_starts(run_dir), started]
+    write_text(run_dir / STARTS_FILE, json.dumps(starts, indent=2) + "\n")

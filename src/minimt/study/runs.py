@@ -17,8 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.data.length_split import LONG_PREFIX
 from minimt.model.positions import sinusoidal_table
+from minimt.provenance import describe_machine
+from minimt.rundir import DamagedRecord
 
 log = logging.getLogger(__name__)
+
+SIDECAR = "provenance.json"
 
 # Not what sets a configuration apart: seed, caps, data location, the test sets scored at the end,
 # logging and saving, threads.
@@ -102,22 +106,17 @@ class Run:
     def seed(self) -> int:
         return self.config.trainer.seed
 
+    @cached_property
+    def provenance(self) -> dict:
+        """metrics.json "provenance", with what its sidecar provenance.json adds or corrects."""
+        return self.metrics.get("provenance", {}) | read_sidecar(self.dir)
+
     @property
     def machine(self) -> str:
-        """What it trained on: the account docs/study.md gives of its run group
-        (RECORDED_MACHINES) where metrics.json "provenance" names no machine or only the start of
-        that account's name (a CPU's model name without its family, model and kernels), else
-        the machine "provenance" names, the GPU's name "device" gives, or "unrecorded"."""
-        recorded = self.metrics.get("provenance", {}).get("machine")
-        protocol = protocol_of(self.metrics).name
-        for (name, arms, seeds), machine in RECORDED_MACHINES.items():
-            in_group = (
-                protocol == name and (arms is None or self.arm in arms) and self.seed in seeds
-            )
-            if in_group and (not recorded or machine.startswith(recorded)):
-                return machine
-        if recorded:
-            return recorded
+        """What it trained on, in words: as its provenance (sidecar included) describes it, else
+        the GPU's name "device" gives, else "unrecorded"."""
+        if self.provenance:
+            return describe_machine(self.provenance)
         device = self.metrics.get("device")
         return device if device and device != "cpu" else "unrecorded"
 
@@ -136,29 +135,20 @@ class Run:
         return "-" if reason is None else reason.split(" reached")[0].removeprefix("trainer.")
 
 
-EPYC, XEON = "AMD EPYC", "Intel Xeon (family 6, model 207)"
-# Q7's runs trained from a commit whose records named a CPU by its model name alone.
-Q7_ARMS = ("full_sinusoidal", "sinusoid_rms_learned")
-Q7_FIRST_EPYC = "AMD EPYC (family 25, model 1; torch's AVX2 kernels)"
-Q7_SECOND_EPYC = "AMD EPYC (family 26, model 2; torch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2)"
-SCALING_ARMS = (  # sweep=scaling_cpu's
-    *("full_sinusoidal", "unscaled_sinusoidal", "init1_sinusoidal", "unscaled_init1_sinusoidal"),
-    *("full_learned", "unscaled_learned", "full_rope", "unscaled_rope"),
-)
-# The CPU runs recorded before metrics.json had "provenance", or whose "provenance" names the CPU's
-# model alone, by docs/study.md's account of where each group ran:
-# (protocol, arms or None for every arm, seeds) -> machine.
-RECORDED_MACHINES: dict[tuple[str, tuple[str, ...] | None, tuple[int, ...]], str] = {
-    ("study", None, (1, 2, 3)): "NVIDIA H100",
-    ("study_cpu", SCALING_ARMS, (1, 2, 3)): EPYC,
-    ("study_cpu", ("fairseq_learned", "sinusoid_rms_learned"), (1, 2, 3, 4, 5)): EPYC,
-    ("study_cpu", ("full_sinusoidal", "unscaled_sinusoidal"), (4, 5, 6, 7, 8)): XEON,
-    ("study_cpu", ("full_learned", "unscaled_learned"), (4, 5, 6, 7, 8)): XEON,
-    ("study_cpu", ("unscaled_small_sinusoidal",), (1, 2, 3, 4, 5)): XEON,
-    ("study_cpu", ("init1_sinusoidal", "unscaled_init1_sinusoidal"), (4, 5)): XEON,
-    ("study_cpu", Q7_ARMS, tuple(range(9, 19))): Q7_FIRST_EPYC,
-    ("study_cpu", Q7_ARMS, (19, 20)): Q7_SECOND_EPYC,
-}
+def read_sidecar(run_dir: Path) -> dict:
+    """run_dir/provenance.json: what a collected run's record lacks about where and how it trained
+    (its machine's fields, the environment, starts that led nowhere, deviations from its plan),
+    written once beside a record made before metrics.json held it; {} where there is none."""
+    path = run_dir / SIDECAR
+    if not path.is_file():
+        return {}
+    try:
+        sidecar = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DamagedRecord(f"{path} is not valid JSON ({error}); restore it from git") from error
+    if not isinstance(sidecar, dict):
+        raise DamagedRecord(f"{path} holds no JSON object; restore it from git")
+    return sidecar
 
 
 def scores_of(runs: Sequence[Run], test_set: str, key: str) -> list[float]:

@@ -27,7 +27,7 @@ from minimt.data.splits import RunData
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.model.transformer import Transformer
-from minimt.provenance import provenance
+from minimt.provenance import provenance, read_starts
 from minimt.runtime import device_name
 from minimt.train.memory import PeakMemory
 from minimt.train.progress import log_samples, log_scalars
@@ -128,7 +128,7 @@ def finish(
     average of the last step checkpoints), write metrics.json, call the hooks."""
     cfg = run.cfg
     state.train_seconds = clock.elapsed()
-    trained = provenance(state.sessions)
+    trained = provenance(state.sessions, read_starts(run.run_dir))
     ckpt_dir = run.run_dir / "checkpoints"
     extra = {}
     if cfg.trainer.average_last:  # before best.pt, so that the hooks see the best weights

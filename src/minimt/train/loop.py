@@ -26,7 +26,7 @@ from minimt.cli import STOP_SIGNALS
 from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.splits import RunData, prepare_data
 from minimt.errors import MinimtError
-from minimt.provenance import session
+from minimt.provenance import record_start, session
 from minimt.rundir import tokenizer_digest
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.train.distributed import Distributed
@@ -248,7 +248,9 @@ def set_up(cfg: DictConfig, run_dir: Path, dist: Distributed) -> Setup:
         else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
     )
     state.tokenizer_digest = tokenizer_digest(run_dir) if dist.is_main else ""
-    state.sessions.append(session(device))
+    state.sessions.append(session(device, from_step=state.step))
+    if dist.is_main:
+        record_start(run_dir, state.sessions[-1])
     check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
     translator.check_beams([cfg.decoding.test_beam], key="decoding.test_beam")
