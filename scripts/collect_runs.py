@@ -57,12 +57,12 @@ def kept_config(config: dict, run_dir: Path) -> dict:
 
 
 def recorded_files(run: Run) -> dict[str, bytes]:
-    """The files to keep for `run`: its own, with metrics.json's config and config.yaml as
-    kept_config writes them (metrics.json byte for byte where that changes nothing)."""
+    """The files to keep for `run`: its own, with metrics.json's config as saved and config.yaml
+    as kept_config writes them (metrics.json byte for byte where that changes nothing)."""
     files = kept_files(run.dir)
-    config = kept_config(run.metrics["config"], run.dir)
-    if config != run.metrics["config"]:
-        metrics = run.metrics | {"config": config}
+    config = kept_config(run.record.get("config", run.metrics["config"]), run.dir)
+    if config != run.record.get("config"):
+        metrics = run.record | {"config": config}
         files["metrics.json"] = json_text(metrics).encode()
     return files | {"config.yaml": OmegaConf.to_yaml(OmegaConf.create(config)).encode()}
 

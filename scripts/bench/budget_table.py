@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args
+from minimt.migrations import upgraded
 
 DEFAULTS = {"runs": "???"}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
@@ -72,14 +73,14 @@ def score_cell(score: Mapping | None) -> str:
 
 
 def read_metrics(entry: str) -> tuple[str, dict]:
-    """A run directory or metrics.json path -> (row name, its metrics)."""
+    """A run directory or metrics.json path -> (row name, its metrics in today's run format)."""
     path = Path(entry)
     if path.is_dir():
         name, path = path.name, path / "metrics.json"
     else:
         name = path.name.removesuffix("metrics.json").removesuffix("_") or path.parent.name
     try:
-        return name, json.loads(path.read_text())
+        return name, upgraded(json.loads(path.read_text()))
     except (OSError, ValueError) as error:
         sys.exit(f"error: {path} is not a readable metrics.json of a finished run ({error!r})")
 

@@ -16,6 +16,10 @@ from torch import Tensor, nn
 
 from minimt.atomic import WriteError, atomic_write, write_text
 from minimt.errors import MinimtError, NotFound
+from minimt.migrations import FORMAT_KEY, RUN_FORMAT, UnknownFormat, upgraded
+
+# Where runs of run formats 1-3 saved what resuming needs (later runs: the newest step_<N>.pt).
+OLD_LAST = "last.pt"
 
 
 class CheckpointError(MinimtError, RuntimeError):
@@ -76,8 +80,18 @@ def _torch_save(checkpoint: dict[str, Any], file) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint onto the CPU; `weights_only=True` refuses anything that would run code."""
+    """Load a checkpoint onto the CPU, its config in today's run format (minimt.migrations);
+    `weights_only=True` refuses anything that would run code."""
     path = Path(path)
+    checkpoint = read_checkpoint(path)
+    try:
+        return upgraded(checkpoint) if isinstance(checkpoint, dict) else checkpoint
+    except UnknownFormat as error:
+        raise CheckpointMismatch(f"cannot use checkpoint {path}: {error}") from error
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint at `path` as saved."""
     if not path.is_file():
         raise NotFound(f"no checkpoint at {path}")
     try:
@@ -120,14 +134,25 @@ def loads(path: Path) -> bool:
 
 
 def latest_checkpoint(ckpt_dir: str | Path) -> Path:
-    """The newest numbered checkpoint in `ckpt_dir` (the one a resumed run continues from)."""
+    """The newest numbered checkpoint in `ckpt_dir` (the one a resumed run continues from); in a
+    run of the oldest formats, which saved its progress as last.pt, that file where it is newer."""
     paths = step_checkpoints(ckpt_dir)
+    old_last = Path(ckpt_dir) / OLD_LAST
+    if old_last.is_file() and (not paths or saved_step(old_last) >= saved_step(paths[-1])):
+        return old_last
     if not paths:
         raise NotFound(
             f"no numbered checkpoint (step_<N>.pt) in {ckpt_dir}: the run stopped before its "
             "first save (trainer.save_every steps); start it again instead of resuming"
         )
     return paths[-1]
+
+
+def saved_step(path: Path) -> int:
+    """The update a checkpoint was saved at (its name's, or for last.pt its progress's)."""
+    if path.name != OLD_LAST:
+        return int(path.stem.split("_")[1])
+    return load_checkpoint(path)["state"]["step"]
 
 
 def resume_checkpoint(resume: str | Path) -> Path:
@@ -228,6 +253,7 @@ def average_last_checkpoints(ckpt_dir: str | Path, last: int) -> Path:
                 "models (was it copied from another run?):\n  " + "\n  ".join(problems)
             )
     averaged = {
+        FORMAT_KEY: RUN_FORMAT,
         "state": checkpoints[-1]["state"],
         "config": checkpoints[-1]["config"],
         "model": average_state_dicts([c["model"] for c in checkpoints]),

@@ -273,11 +273,27 @@ def resume_mismatches(saved: dict, cfg: DictConfig) -> list[str]:
     return config_mismatches(saved_cfg, cfg, (*RESUME_KEYS, *pe_keys))
 
 
+def changed_settings(saved: dict, cfg: DictConfig) -> list[str]:
+    """`key: checkpoint X, config Y` for every other saved or configured key whose value differs
+    from the checkpoint's (what resuming continues with, named): all but `resume` and the keys
+    resume_mismatches refuses."""
+    saved_cfg = OmegaConf.create(saved)
+    refused = {*RESUME_KEYS, *leaf_keys(saved_cfg.get("pe"), "pe"), *leaf_keys(cfg.get("pe"), "pe")}
+    keys = dict.fromkeys(leaf_keys(saved_cfg, "") + leaf_keys(cfg, ""))
+    return config_mismatches(
+        saved_cfg, cfg, tuple(k for k in keys if k not in {*refused, "resume"})
+    )
+
+
 def leaf_keys(node: object, prefix: str) -> list[str]:
     """The dotted keys of every leaf under `node` (a config section), `prefix` first."""
     if not isinstance(node, DictConfig):
         return [prefix] if node is not None else []
-    return [key for name in node for key in leaf_keys(node.get(name), f"{prefix}.{name}")]
+    return [
+        key
+        for name in node
+        for key in leaf_keys(node.get(name), f"{prefix}.{name}" if prefix else str(name))
+    ]
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:

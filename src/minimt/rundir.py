@@ -20,6 +20,7 @@ from minimt.checkpoint import (
 from minimt.config import ConfigError, build_model, resume_mismatches
 from minimt.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, TokenizerPair
 from minimt.errors import MinimtError, NotFound
+from minimt.migrations import upgraded
 from minimt.model.transformer import Transformer
 
 NAMED_CHECKPOINTS = ("best", "last", "averaged")
@@ -151,7 +152,7 @@ def finished_run(run_dir: str | Path, cfg: DictConfig) -> dict | None:
     metrics = read_metrics(run_dir)
     if metrics is None:
         return None
-    problems = resume_mismatches(metrics.get("config", {}), cfg)
+    problems = resume_mismatches(upgraded(metrics).get("config", {}), cfg)
     if problems:
         raise ConfigError(
             f"{run_dir} holds a finished run with other settings, so it cannot stand for this "

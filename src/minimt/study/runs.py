@@ -15,7 +15,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from minimt.checkpoint import CheckpointError, load_checkpoint
 from minimt.data.length_split import LONG_PREFIX
+from minimt.errors import NotFound
+from minimt.migrations import UnknownFormat, upgraded
 from minimt.model.positions import sinusoidal_table
 from minimt.provenance import describe_machine
 from minimt.rundir import DamagedRecord
@@ -84,11 +87,17 @@ class Configuration:
 
 @dataclass
 class Run:
-    """A finished run: its directory and metrics.json (with the resolved config in "config")."""
+    """A finished run: its directory and metrics.json (with the resolved config in "config"), in
+    today's run format; `record` is metrics.json as saved (the same where nothing migrated)."""
 
     dir: Path
     metrics: dict
     name: str = ""  # its configuration's name, set by load_sweep; "" reads as its arm
+    record: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            self.record = self.metrics
 
     @cached_property
     def config(self) -> DictConfig:
@@ -252,7 +261,7 @@ def load_sweep(
 
 
 def load_run(run_dir: Path, test_set: str | None) -> tuple[Run | None, str]:
-    """The run, or None and why it cannot be reported."""
+    """The run, its record in today's run format, or None and why it cannot be reported."""
     path = run_dir / "metrics.json"
     if not path.is_file():
         return None, "no metrics.json (failed or unfinished)"
@@ -260,13 +269,27 @@ def load_run(run_dir: Path, test_set: str | None) -> tuple[Run | None, str]:
         metrics = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         return None, f"metrics.json is not valid JSON ({error})"
+    record = metrics
+    if "config" not in metrics:  # run formats 1-4 kept it in the checkpoints only
+        metrics = with_checkpoint_config(metrics, run_dir / "checkpoints" / "best.pt")
     if "config" not in metrics:
-        return None, 'metrics.json has no "config"'
+        return None, 'metrics.json has no "config" (nor has checkpoints/best.pt)'
     if not metrics.get("test"):
         return None, "metrics.json has no test score"
     if test_set is not None and test_set not in metrics["test"]:
         return None, f"metrics.json has no {test_set} score"
-    return Run(run_dir, metrics), ""
+    try:
+        return Run(run_dir, upgraded(metrics), record=record), ""
+    except UnknownFormat as error:
+        return None, str(error)
+
+
+def with_checkpoint_config(metrics: dict, best: Path) -> dict:
+    """`metrics` with the config `best` trained with, where that checkpoint loads."""
+    try:
+        return metrics | {"config": load_checkpoint(best)["config"]}
+    except (CheckpointError, NotFound):
+        return metrics
 
 
 def collected_dir(dest: Path, run: Run) -> Path:

@@ -26,6 +26,7 @@ from minimt.data.corpus import Pairs
 from minimt.data.splits import RunData
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
+from minimt.migrations import FORMAT_KEY, RUN_FORMAT
 from minimt.model.transformer import Transformer
 from minimt.provenance import provenance, read_starts
 from minimt.runtime import device_name
@@ -142,6 +143,7 @@ def finish(
     tests = score_checkpoint(run, ckpt_dir / "best.pt", "test", state.step)
     magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
     metrics = {
+        FORMAT_KEY: RUN_FORMAT,
         "steps": state.step,
         "epochs_completed": state.epoch,
         "stop_reason": stop_reason,

@@ -18,7 +18,6 @@ from minimt.checkpoint import (
     CheckpointError,
     CheckpointMismatch,
     DamagedCheckpoint,
-    config_mismatches,
     load_checkpoint,
     load_weights,
     loads,
@@ -26,9 +25,10 @@ from minimt.checkpoint import (
     save_checkpoint,
     step_checkpoints,
 )
-from minimt.config import resume_mismatches
+from minimt.config import changed_settings, resume_mismatches
 from minimt.data.batching import Batch, prefetched
 from minimt.data.tokenized import BatchedPairs
+from minimt.migrations import FORMAT_KEY, RUN_FORMAT, changes_since
 from minimt.model.transformer import Transformer
 from minimt.train.distributed import Distributed
 from minimt.train.step import Training
@@ -131,6 +131,7 @@ def step_batches(
 def weights_dict(model: Transformer, state: TrainState, cfg: DictConfig) -> dict:
     """Everything needed to rebuild and use the model (best.pt)."""
     return {
+        FORMAT_KEY: RUN_FORMAT,
         "model": model.state_dict(),
         "state": asdict(state),
         "config": OmegaConf.to_container(cfg, resolve=True),
@@ -175,6 +176,14 @@ def save_training_checkpoint(
     remove_old_checkpoints(ckpt_dir, cfg.trainer.keep_checkpoints)
 
 
+def not_saved_for_an_exact_resume(saved: dict) -> list[str]:
+    """What a checkpoint of an older run format lacks to continue exactly where it stopped."""
+    missing = [] if "rng" in saved else ["random state (dropout restarts from the seed)"]
+    if "epoch_batches" not in saved["state"]:
+        missing.append("position in its epoch (the epoch restarts)")
+    return missing
+
+
 def resume_training(
     path: Path, cfg: DictConfig, training: Training, dist: Distributed
 ) -> TrainState:
@@ -202,23 +211,41 @@ def resume_training(
             f"cannot resume from {path}: these settings differ from the checkpoint's "
             "(resume with the checkpoint's values, or start a new run):\n  " + "\n  ".join(problems)
         )
-    trainer_keys = tuple(f"trainer.{key}" for key in cfg.trainer)
-    changed = config_mismatches(saved["config"], cfg, trainer_keys)
+    if "saved_format" in saved:
+        log.info(
+            "%s was saved in run format %d (today's: %d), read in today's spelling: %s",
+            path,
+            saved["saved_format"],
+            RUN_FORMAT,
+            "; ".join(changes_since(saved["saved_format"])),
+        )
+    changed = changed_settings(saved["config"], cfg)
     if changed:
-        log.info("resuming with changed settings: %s", "; ".join(changed))
+        log.warning(
+            "resuming with settings that differ from the checkpoint's: %s", "; ".join(changed)
+        )
+    inexact = not_saved_for_an_exact_resume(saved)
+    if inexact:
+        log.warning(
+            "%s cannot continue exactly: it saved no %s (an older run format); continuing "
+            "from its weights, optimizer and schedule",
+            path,
+            " and no ".join(inexact),
+        )
     load_weights(training.model, saved["model"], path)
     training.optimizer.load_state_dict(saved["optimizer"])
     training.scheduler.load_state_dict(saved["scheduler"])
     state = TrainState(**saved["state"])
-    if len(saved["rng"]) == dist.world_size:
+    if len(saved.get("rng", [])) == dist.world_size:
         set_rng_state(saved["rng"][dist.rank])
     else:
-        log.warning(
-            "checkpoint saved by %d processes, resuming with %d: random streams (dropout) "
-            "restart from the seed, so the run will not match an uninterrupted one exactly",
-            len(saved["rng"]),
-            dist.world_size,
-        )
+        if "rng" in saved:
+            log.warning(
+                "checkpoint saved by %d processes, resuming with %d: random streams (dropout) "
+                "restart from the seed, so the run will not match an uninterrupted one exactly",
+                len(saved["rng"]),
+                dist.world_size,
+            )
         torch.manual_seed(cfg.trainer.seed * 1000 + dist.rank + state.step)
     log.info("resumed from %s at step %d (epoch %d)", path, state.step, state.epoch + 1)
     return state

@@ -1,0 +1,250 @@
+"""The run format: one integer saved at the top of every checkpoint and of metrics.json
+("format"), and the one chain of migrations that brings a saved config of any earlier format to
+today's, step by step (k -> k+1), each step named after what changed.
+
+A run saved before the format was recorded is dated by its keys (`format_of`). Every step fills a
+key that did not exist yet with what the code of that time did (not with today's default), and
+leaves a key already in today's spelling alone, so that a run dated a little too early comes out
+the same. Readers migrate what they load; nothing rewrites the user's files.
+
+A change to a saved key (its name, meaning or default) lands with its step here, RUN_FORMAT one
+higher, a frozen run of the new format (scripts/frozen_runs.py) and the committed schema
+(tests/data/run_format.json): docs/run-directory.md "Versions".
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FORMAT_KEY = "format"  # top-level in checkpoints and metrics.json: never a config key
+
+
+def _section(config: dict, name: str) -> dict:
+    return config.setdefault(name, {})
+
+
+def _sections(config: dict, *names: str) -> list[dict]:
+    """The named sections of `config`, {} for one that is missing or no mapping."""
+    return [section if isinstance(section := config.get(name), dict) else {} for name in names]
+
+
+def attention_dropout_split_from_dropout(config: dict) -> None:
+    """1 -> 2: attention weights got their own dropout; before, `model.dropout` applied there."""
+    model = _section(config, "model")
+    model.setdefault("attention_dropout", model.get("dropout", 0.1))
+
+
+def beam_search_at_test_and_step_checkpoints(config: dict) -> None:
+    """2 -> 3: test sets decoded by beam search (before: greedily) and step checkpoints kept."""
+    _section(config, "decoding").setdefault("test_beam", 1)
+    _section(config, "decoding").setdefault("length_penalty", 1.0)
+    _section(config, "trainer").setdefault("save_every", 100)
+    _section(config, "trainer").setdefault("keep_checkpoints", 5)
+
+
+def resumable_runs(config: dict) -> None:
+    """3 -> 4: `resume`, gradient accumulation and the non-finite step budget."""
+    config.setdefault("resume", None)
+    _section(config, "trainer").setdefault("accumulate", 1)
+    _section(config, "trainer").setdefault("max_nonfinite_steps", 10)
+
+
+def long_input_scores(config: dict) -> None:
+    """4 -> 5: `decoding.long_inputs`, joined test sentences scored (none before)."""
+    _section(config, "decoding").setdefault("long_inputs", [])
+
+
+def optimizer_and_loader_choices(config: dict) -> None:
+    """5 -> 6: Adam's implementation (torch's default then: for_loop on a CPU, foreach on CUDA),
+    torch.compile, batches prepared ahead (none then) and memory trimming (off)."""
+    trainer = _section(config, "trainer")
+    trainer.setdefault("adam_impl", "foreach" if trainer.get("device") == "cuda" else "for_loop")
+    trainer.setdefault("compile", False)
+    trainer.setdefault("prefetch", 0)
+    trainer.setdefault("trim_memory_every", 0)
+
+
+def no_memory_trimming(config: dict) -> None:
+    """6 -> 7: `trainer.trim_memory_every` gone (a better allocator instead)."""
+    _section(config, "trainer").pop("trim_memory_every", None)
+
+
+def study_views_switch(config: dict) -> None:
+    """7 -> 8: `views` (the study's TensorBoard views, always drawn then); a parallel_text corpus
+    names its languages."""
+    config.setdefault("views", True)
+    data = _section(config, "data")
+    if data.get("name") == "parallel_text":
+        data.setdefault("src_lang", "src")
+        data.setdefault("tgt_lang", "tgt")
+
+
+def per_side_encodings_and_tying_levels(config: dict) -> None:
+    """8 -> 9: `pe.encoder` / `pe.decoder` beside `pe.name`; `embedding.share` true / false becomes
+    all / decoder (the output matrix was always the target table); the token tables' init std;
+    the length split's keys; early stopping and checkpoint averaging (all off then)."""
+    pe = _section(config, "pe")
+    pe.setdefault("encoder", pe.get("name"))
+    pe.setdefault("decoder", pe.get("name"))
+    embedding = _section(config, "embedding")
+    share = embedding.get("share", True)
+    embedding["share"] = {True: "all", False: "decoder"}.get(share, share)
+    embedding.setdefault("init_std", None)
+    data = _section(config, "data")
+    for key in ("train_max_words", "long_tests_over", "train_subsample"):
+        data.setdefault(key, None)
+    edges = [21, 26] if data.get("name") == "parallel_text" else [19, 23]
+    data.setdefault("long_bucket_edges", edges)
+    trainer = _section(config, "trainer")
+    trainer.setdefault("patience", None)
+    trainer.setdefault("min_delta", 0.0)
+    trainer.setdefault("average_last", None)
+
+
+def chunked_loss(config: dict) -> None:
+    """9 -> 10: `trainer.loss_chunk_rows` (null: the loss in one piece, as before)."""
+    _section(config, "trainer").setdefault("loss_chunk_rows", None)
+
+
+def shape_buckets(config: dict) -> None:
+    """10 -> 11: `trainer.shape_buckets` (null: batches as before)."""
+    _section(config, "trainer").setdefault("shape_buckets", None)
+
+
+def encoding_options(config: dict) -> None:
+    """11 -> 12: the encodings' options in `pe`: the sinusoid's `scale` (1.0 then) and the learned
+    table's `init_std` (0.02, fixed in the code then)."""
+    pe = _section(config, "pe")
+    sides = {pe.get("name"), pe.get("encoder"), pe.get("decoder")}
+    if pe.get("name") == "sinusoidal":
+        pe.setdefault("scale", 1.0)
+    if "learned" in sides:
+        pe.setdefault("init_std", 0.02)
+
+
+def no_loss_chunks_or_shape_buckets(config: dict) -> None:
+    """12 -> 13: `trainer.loss_chunk_rows` and `trainer.shape_buckets` gone (same loss, same
+    batches)."""
+    _section(config, "trainer").pop("loss_chunk_rows", None)
+    _section(config, "trainer").pop("shape_buckets", None)
+
+
+def no_long_input_scores(config: dict) -> None:
+    """13 -> 14: `decoding.long_inputs` gone (the length split's long test sets instead)."""
+    _section(config, "decoding").pop("long_inputs", None)
+
+
+def encoder_and_decoder_only(config: dict) -> None:
+    """14 -> 15: `pe.name` gone: `pe.encoder` and `pe.decoder` choose, and each option reaches
+    the sides whose class takes it (before: the sides that ran `pe.name`'s encoding, which for
+    the built-in encodings comes to the same)."""
+    _section(config, "pe").pop("name", None)
+
+
+def encodings_by_import_path(config: dict) -> None:
+    """15 -> 16: `pe.encoder` / `pe.decoder` also take `module.Class` import paths; every saved
+    spelling means what it meant."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the chain: a config of format `source` becomes one of format `source + 1`."""
+
+    source: int
+    upgrade: Callable[[dict], None]
+
+    @property
+    def changed(self) -> str:
+        """What changed, in words (the step's docstring without its "k -> k+1: ")."""
+        return " ".join(self.upgrade.__doc__.split(": ", 1)[1].split())
+
+
+MIGRATIONS = tuple(
+    Migration(source, upgrade)
+    for source, upgrade in enumerate(
+        (
+            attention_dropout_split_from_dropout,
+            beam_search_at_test_and_step_checkpoints,
+            resumable_runs,
+            long_input_scores,
+            optimizer_and_loader_choices,
+            no_memory_trimming,
+            study_views_switch,
+            per_side_encodings_and_tying_levels,
+            chunked_loss,
+            shape_buckets,
+            encoding_options,
+            no_loss_chunks_or_shape_buckets,
+            no_long_input_scores,
+            encoder_and_decoder_only,
+            encodings_by_import_path,
+        ),
+        start=1,
+    )
+)
+RUN_FORMAT = len(MIGRATIONS) + 1  # today's
+
+
+class UnknownFormat(ValueError):
+    """A run saved by a newer minimt than this one."""
+
+
+def format_of(config: dict, recorded: object = None) -> int:
+    """The run format of a saved config: `recorded` (the saved "format") where there is one, else
+    the earliest format whose keys it has (runs saved before the format was recorded)."""
+    if recorded is not None:
+        if not isinstance(recorded, int) or not 1 <= recorded:
+            raise UnknownFormat(f"run format {recorded!r} is not a format number")
+        if recorded > RUN_FORMAT:
+            raise UnknownFormat(
+                f"run format {recorded} is newer than this minimt's ({RUN_FORMAT}): update minimt"
+            )
+        return recorded
+    model, pe, trainer, decoding = _sections(config, "model", "pe", "trainer", "decoding")
+    dated_by = (  # (format, what only runs of that format or earlier lack or have)
+        (1, "attention_dropout" not in model),
+        (2, "test_beam" not in decoding),
+        (3, "accumulate" not in trainer),
+        (4, "adam_impl" not in trainer and "long_inputs" not in decoding),
+        (5, "adam_impl" not in trainer),
+        (6, "trim_memory_every" in trainer),
+        (7, "views" not in config),
+        (8, "encoder" not in pe),
+        (9, "name" in pe and "loss_chunk_rows" not in trainer and "long_inputs" in decoding),
+        (10, "loss_chunk_rows" in trainer and "shape_buckets" not in trainer),
+        (11, "shape_buckets" in trainer),
+        (14, "name" in pe),
+    )
+    return next((version for version, dated in dated_by if dated), RUN_FORMAT - 1)
+
+
+def migrate_config(config: dict, source: int) -> dict:
+    """A copy of a config saved in format `source`, in today's format."""
+    migrated = copy.deepcopy(config)
+    for step in MIGRATIONS[source - 1 :]:
+        step.upgrade(migrated)
+    return migrated
+
+
+def changes_since(source: int) -> list[str]:
+    """What changed in the saved config since format `source`, one entry per step."""
+    return [
+        f"{step.source} -> {step.source + 1}: {step.changed}" for step in MIGRATIONS[source - 1 :]
+    ]
+
+
+def upgraded(saved: dict) -> dict:
+    """A checkpoint or metrics.json record (a dict holding "config") in today's format: its
+    config migrated, its "format" set and "saved_format" naming the one it was saved in."""
+    if not isinstance(saved.get("config"), dict):  # metrics.json before it held the config
+        return saved
+    source = format_of(saved["config"], saved.get(FORMAT_KEY))
+    if source == RUN_FORMAT:
+        return saved
+    try:
+        config = migrate_config(saved["config"], source)
+    except (AttributeError, TypeError):  # a section that is no mapping: validation names it
+        return saved
+    return saved | {"config": config, FORMAT_KEY: RUN_FORMAT, "saved_format": source}

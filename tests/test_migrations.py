@@ -1,0 +1,211 @@
+"""minimt.migrations: each step of the run-format chain on its own, dating a run by its keys, and
+the committed schema of today's format (tests/data/run_format.json) against a fresh composition.
+
+After an intended change to a saved key: add its step to minimt/migrations.py (RUN_FORMAT goes up
+by one), build a frozen run of the new format (scripts/frozen_runs.py), then write the schema
+again: `python -m tests.test_migrations`."""
+
+import json
+import sys
+from dataclasses import fields
+
+import pytest
+from omegaconf import OmegaConf
+
+import minimt.migrations as m
+from minimt.train.state import TrainState
+from tests.helpers import REPO, compose_config
+
+SCHEMA = REPO / "tests" / "data" / "run_format.json"
+# The compositions whose saved keys the schema pins: the default, and each group that brings
+# keys of its own.
+COMPOSITIONS = ("", "pe=learned", "data=parallel_text")
+
+
+def test_each_step_migrates_one_format_to_the_next():
+    assert [step.source for step in m.MIGRATIONS] == list(range(1, m.RUN_FORMAT))
+    for step in m.MIGRATIONS:
+        assert step.changed and not step.changed.startswith(f"{step.source} ->"), step
+
+
+# (step, a config of its source format, what it becomes)
+STEPS = [
+    (
+        m.attention_dropout_split_from_dropout,
+        {"model": {"dropout": 0.3}},
+        {"model": {"dropout": 0.3, "attention_dropout": 0.3}},
+    ),
+    (
+        m.beam_search_at_test_and_step_checkpoints,
+        {"decoding": {}, "trainer": {}},
+        {
+            "decoding": {"test_beam": 1, "length_penalty": 1.0},
+            "trainer": {"save_every": 100, "keep_checkpoints": 5},
+        },
+    ),
+    (
+        m.resumable_runs,
+        {"trainer": {}},
+        {"trainer": {"accumulate": 1, "max_nonfinite_steps": 10}, "resume": None},
+    ),
+    (m.long_input_scores, {"decoding": {}}, {"decoding": {"long_inputs": []}}),
+    (
+        m.optimizer_and_loader_choices,
+        {"trainer": {"device": "cuda"}},
+        {
+            "trainer": {
+                "device": "cuda",
+                "adam_impl": "foreach",
+                "compile": False,
+                "prefetch": 0,
+                "trim_memory_every": 0,
+            }
+        },
+    ),
+    (
+        m.no_memory_trimming,
+        {"trainer": {"trim_memory_every": 0, "lr": 1e-3}},
+        {"trainer": {"lr": 1e-3}},
+    ),
+    (
+        m.study_views_switch,
+        {"data": {"name": "parallel_text"}},
+        {"data": {"name": "parallel_text", "src_lang": "src", "tgt_lang": "tgt"}, "views": True},
+    ),
+    (
+        m.per_side_encodings_and_tying_levels,
+        {"pe": {"name": "rope"}, "embedding": {"share": False}, "data": {}, "trainer": {}},
+        {
+            "pe": {"name": "rope", "encoder": "rope", "decoder": "rope"},
+            "embedding": {"share": "decoder", "init_std": None},
+            "data": {
+                "train_max_words": None,
+                "long_tests_over": None,
+                "train_subsample": None,
+                "long_bucket_edges": [19, 23],
+            },
+            "trainer": {"patience": None, "min_delta": 0.0, "average_last": None},
+        },
+    ),
+    (m.chunked_loss, {"trainer": {}}, {"trainer": {"loss_chunk_rows": None}}),
+    (m.shape_buckets, {"trainer": {}}, {"trainer": {"shape_buckets": None}}),
+    (
+        m.encoding_options,
+        {"pe": {"name": "sinusoidal", "encoder": "learned", "decoder": "sinusoidal"}},
+        {
+            "pe": {
+                "name": "sinusoidal",
+                "encoder": "learned",
+                "decoder": "sinusoidal",
+                "scale": 1.0,
+                "init_std": 0.02,  # the learned table's std then: never today's 0.7071
+            }
+        },
+    ),
+    (
+        m.no_loss_chunks_or_shape_buckets,
+        {"trainer": {"loss_chunk_rows": None, "shape_buckets": None, "lr": 2e-3}},
+        {"trainer": {"lr": 2e-3}},
+    ),
+    (
+        m.no_long_input_scores,
+        {"decoding": {"long_inputs": [1, 2], "test_beam": 5}},
+        {"decoding": {"test_beam": 5}},
+    ),
+    (
+        m.encoder_and_decoder_only,
+        {"pe": {"name": "learned", "encoder": "learned", "decoder": "none", "init_std": 0.02}},
+        {"pe": {"encoder": "learned", "decoder": "none", "init_std": 0.02}},
+    ),
+    (
+        m.encodings_by_import_path,
+        {"pe": {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0}},
+        {"pe": {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("step", "before", "after"), STEPS, ids=[s[0].__name__ for s in STEPS])
+def test_a_step_fills_what_the_code_of_its_time_did_and_keeps_todays_spelling(step, before, after):
+    config = json.loads(json.dumps(before))
+    step(config)
+    assert config == after
+    step(config)  # a run dated a little too early comes out the same
+    assert config == after
+
+
+def test_every_step_is_in_the_chain_once():
+    assert [s.upgrade for s in m.MIGRATIONS] == [step for step, _, _ in STEPS]
+
+
+def test_a_run_without_a_recorded_format_is_dated_by_its_keys():
+    first = {"model": {"dropout": 0.1}, "pe": {"name": "sinusoidal"}, "decoding": {}}
+    assert m.format_of(first) == 1
+    versions = [1]
+    config = json.loads(json.dumps(first))
+    for step in m.MIGRATIONS:
+        step.upgrade(config)
+        versions.append(m.format_of(config))
+    # formats 12 and 13 read as earlier ones whose steps leave them unchanged
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 9, 14, 15, 15]
+
+
+def test_a_recorded_format_is_trusted_and_a_newer_one_refused():
+    assert m.format_of({}, 3) == 3
+    with pytest.raises(m.UnknownFormat, match=f"newer than this minimt's \\({m.RUN_FORMAT}\\)"):
+        m.format_of({}, m.RUN_FORMAT + 1)
+    with pytest.raises(m.UnknownFormat, match="not a format number"):
+        m.format_of({}, "16")
+
+
+def test_an_upgraded_record_names_the_format_it_was_saved_in():
+    saved = {"config": {"model": {"dropout": 0.1}, "pe": {"name": "sinusoidal"}}, "steps": 3}
+    record = m.upgraded(saved)
+    assert record["format"] == m.RUN_FORMAT and record["saved_format"] == 1
+    assert record["config"]["pe"] == {
+        "encoder": "sinusoidal",
+        "decoder": "sinusoidal",
+        "scale": 1.0,
+    }
+    assert saved["config"]["pe"] == {"name": "sinusoidal"}  # what was read is left as it was
+    today = {"config": compose_leaves(""), "format": m.RUN_FORMAT}
+    assert m.upgraded(today) is today
+    assert len(m.changes_since(1)) == m.RUN_FORMAT - 1
+
+
+def compose_leaves(overrides: str) -> dict:
+    cfg = compose_config(*overrides.split())
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+
+
+def current_schema() -> dict:
+    """Today's saved keys: each composition's resolved config, and TrainState's fields."""
+    compositions = {
+        overrides or "(defaults)": compose_leaves(overrides) for overrides in COMPOSITIONS
+    }
+    for config in compositions.values():
+        config["data"].pop("url", None)  # where the corpus is fetched from: a machine's setting
+    return {
+        "format": m.RUN_FORMAT,
+        "compositions": compositions,
+        "train_state": [field.name for field in fields(TrainState)],
+    }
+
+
+def test_the_saved_keys_are_the_committed_schema_of_todays_format():
+    committed = json.loads(SCHEMA.read_text())
+    assert committed["format"] == m.RUN_FORMAT, (
+        f"{SCHEMA} is the schema of run format {committed['format']}, today's is {m.RUN_FORMAT}: "
+        "write it again (python -m tests.test_migrations)"
+    )
+    assert current_schema() == committed, (
+        f"a saved key changed against {SCHEMA}: a change to a saved key's name, meaning or "
+        "default needs its step in minimt/migrations.py (RUN_FORMAT one higher), a frozen run of "
+        "the new format (scripts/frozen_runs.py), then the schema written again "
+        "(python -m tests.test_migrations)"
+    )
+
+
+if __name__ == "__main__":
+    SCHEMA.write_text(json.dumps(current_schema(), indent=2) + "\n")
+    print(f"wrote {SCHEMA} (run format {m.RUN_FORMAT})", file=sys.stderr)
