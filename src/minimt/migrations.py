@@ -158,7 +158,7 @@ class Migration:
     @property
     def changed(self) -> str:
         """What changed, in words (the step's docstring without its "k -> k+1: ")."""
-        return " ".join(self.upgrade.__doc__.split(": ", 1)[1].split())
+        return " ".join(self.upgrade.__doc__.split(": ", 1)[1].split()).removesuffix(".")
 
 
 MIGRATIONS = tuple(
