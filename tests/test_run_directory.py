@@ -1,6 +1,7 @@
 """What the fuzz suites found in the run directory's files, one named test per finding."""
 
 import runpy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from minimt.checkpoint import (
     CheckpointMismatch,
     DamagedCheckpoint,
+    NonFiniteCheckpoint,
     average_last_checkpoints,
     load_checkpoint,
     loads,
@@ -18,6 +20,7 @@ from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.rundir import DamagedRecord, check_tokenizers, read_metrics, tokenizer_digest
 from tests.helpers import REPO, error_line, run_script
 
+OLD_RUNS = REPO / "tests" / "data" / "old_runs"
 GERMAN = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."] * 5
 
 
@@ -148,3 +151,41 @@ def test_a_script_argument_of_the_wrong_type_is_one_line_naming_it(script, argum
     with pytest.raises(SystemExit) as exit:
         main([*run, argument])
     assert str(exit.value).startswith(f"error: {named}") and "\n" not in str(exit.value)
+
+
+def poisoned_copy(tmp_path: Path, *checkpoints: str) -> Path:
+    """A copy of today's frozen run whose `checkpoints` hold one weight of NaNs each: well-formed
+    files that torch loads."""
+    (frozen,) = [p for p in sorted(OLD_RUNS.glob("format_16_*")) if (p / "starts.json").is_file()]
+    run = Path(shutil.copytree(frozen, tmp_path / "run"))
+    for name in checkpoints:
+        path = run / "checkpoints" / name
+        saved = torch.load(path, weights_only=True)
+        saved["model"]["decoder_layers.0.ffn.w1.weight"].fill_(float("nan"))
+        torch.save(saved, path)
+    return run
+
+
+def test_a_checkpoint_with_non_finite_weights_is_refused_naming_the_tensor_and_what_loads(
+    tmp_path,
+):
+    run = poisoned_copy(tmp_path, "best.pt")
+    assert not loads(run / "checkpoints" / "best.pt")
+    line = error_line(run_script("translate.py", f"run={run}", stdin=b"Ein Hund rennt.\n"))
+    assert f"cannot use checkpoint {run / 'checkpoints' / 'best.pt'}" in line
+    assert "weight decoder_layers.0.ffn.w1.weight holds 128 NaN or inf values of 128" in line
+    assert "these load: checkpoint=last (step_300.pt), checkpoint=step_200.pt" in line
+    with pytest.raises(NonFiniteCheckpoint, match="step_300.pt: its weight"):
+        average_last_checkpoints(poisoned_copy(tmp_path / "b", "step_300.pt") / "checkpoints", 2)
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+    weights = {"w": torch.tensor([1.0, float("inf")])}
+    with pytest.raises(
+        NonFiniteCheckpoint, match=r"not saving checkpoint .*step_9\.pt: its weight w"
+    ):
+        save_checkpoint(tmp_path / "step_9.pt", {"model": weights})
+    assert not (tmp_path / "step_9.pt").exists()
+    optimizer = {"state": {0: {"exp_avg": torch.tensor([float("nan")])}}}
+    with pytest.raises(NonFiniteCheckpoint, match="optimizer state state.0.exp_avg holds 1 NaN"):
+        save_checkpoint(tmp_path / "step_9.pt", {"model": {}, "optimizer": optimizer})

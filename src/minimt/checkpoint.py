@@ -7,6 +7,7 @@ import pickle
 import re
 import zipfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,11 @@ class DamagedCheckpoint(CheckpointError):
     """A checkpoint file cut short or corrupted (a copy that did not finish, a bad disk)."""
 
 
+class NonFiniteCheckpoint(DamagedCheckpoint):
+    """A well-formed checkpoint whose weights or optimizer state hold NaN or inf: a model that
+    would translate into empty lines."""
+
+
 class CheckpointWithCode(CheckpointError):
     """A checkpoint that holds pickled code besides tensors and numbers: refused, never run."""
 
@@ -56,6 +62,12 @@ def save_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> None:
 
     A failed write (a full disk) leaves the file previously at `path` as it was.
     """
+    where = first_nonfinite(checkpoint)
+    if where is not None:
+        raise NonFiniteCheckpoint(
+            f"not saving checkpoint {path}: its {where}; the checkpoints already in "
+            f"{Path(path).parent} are intact"
+        )
     try:
         with atomic_write(path) as tmp, tmp.open("wb") as file:
             _torch_save(checkpoint, file)
@@ -84,10 +96,41 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     `weights_only=True` refuses anything that would run code."""
     path = Path(path)
     checkpoint = read_checkpoint(path)
+    where = first_nonfinite(checkpoint)
+    if where is not None:
+        raise NonFiniteCheckpoint(f"cannot use checkpoint {path}: its {where}")
     try:
         return upgraded(checkpoint) if isinstance(checkpoint, dict) else checkpoint
     except UnknownFormat as error:
         raise CheckpointMismatch(f"cannot use checkpoint {path}: {error}") from error
+
+
+def first_nonfinite(checkpoint: object) -> str | None:
+    """Where a checkpoint's weights ("model") or optimizer state first hold NaN or inf, in words
+    ("weight encoder_layers.0.ffn.w1.weight holds 512 NaN or inf values of 8192"); None if
+    they are finite."""
+    if not isinstance(checkpoint, dict):
+        return None
+    parts = (("weight", checkpoint.get("model")), ("optimizer state", checkpoint.get("optimizer")))
+    for what, part in parts:
+        for name, tensor in tensors_in(part, ""):
+            bad = tensor.numel() - int(torch.isfinite(tensor).sum())
+            if bad:
+                return f"{what} {name} holds {bad} NaN or inf values of {tensor.numel()}"
+    return None
+
+
+def tensors_in(node: object, name: str) -> Iterator[tuple[str, Tensor]]:
+    """The floating-point tensors in nested dicts and lists, with their dotted names."""
+    if isinstance(node, Tensor):
+        if node.is_floating_point():
+            yield name, node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from tensors_in(value, f"{name}.{key}" if name else str(key))
+    elif isinstance(node, list | tuple):
+        for i, value in enumerate(node):
+            yield from tensors_in(value, f"{name}.{i}" if name else str(i))
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from minimt.errors import MinimtError
+
 FORMAT_KEY = "format"  # top-level in checkpoints and metrics.json: never a config key
 
 
@@ -187,7 +189,7 @@ MIGRATIONS = tuple(
 RUN_FORMAT = len(MIGRATIONS) + 1  # today's
 
 
-class UnknownFormat(ValueError):
+class UnknownFormat(MinimtError, ValueError):
     """A run saved by a newer minimt than this one."""
 
 
