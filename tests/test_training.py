@@ -17,6 +17,7 @@ from minimt.config import register_resolvers
 from minimt.data.corpus import DataError
 from minimt.data.splits import load_text_splits
 from minimt.rundir import load_model
+from minimt.study.views import study_hooks
 from minimt.train.evaluation import score
 from minimt.train.loop import train
 from minimt.train.progress import samples_table
@@ -353,6 +354,17 @@ def test_train_resolves_the_configs_own_interpolations_without_the_script(tmp_pa
     finally:
         register_resolvers()
     assert metrics["config"]["pe"]["init_std"] == 32**-0.5
+
+
+def test_a_run_without_the_study_views_still_has_its_hparams_row(tmp_path):
+    overrides = toy_run_overrides(tmp_path / "data", "trainer.max_steps=2", "views=false")
+    cfg = compose_config(*overrides)
+    train(cfg, tmp_path / "run", study_hooks(cfg))
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    hparams = events.PluginTagToContent("hparams")
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= hparams.keys()
+    assert not (tmp_path / "run" / "projector_config.pbtxt").exists()  # the views stay off
 
 
 def test_a_run_started_again_from_update_0_records_the_start_it_replaced(tmp_path):

@@ -33,7 +33,7 @@ ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each
 
 class StudyViews:
     """At each validation: the positional views, the embedding norms and the cross-attention of
-    the first validation sentences. At the end: the Projector table and HPARAMS."""
+    the first validation sentences. At the end: the Projector table."""
 
     def on_validation(self, run: RunContext, step: int) -> None:
         val, writer, model = run.data.val_batches, run.writer, run.model
@@ -44,12 +44,23 @@ class StudyViews:
 
     def on_finish(self, run: RunContext, metrics: dict) -> None:
         log_embedding_projector(run.writer, run.model, run.data.tokenizers, metrics["steps"])
+
+
+class HParams:
+    """At the end: the run's HPARAMS entry, one event, so that every run of a sweep, `views:
+    false` included, is a row of TensorBoard's HPARAMS tab."""
+
+    def on_validation(self, run: RunContext, step: int) -> None:
+        pass
+
+    def on_finish(self, run: RunContext, metrics: dict) -> None:
         log_hparams(run.writer, run.cfg, metrics)
 
 
 def study_hooks(cfg: DictConfig) -> list[Hook]:
-    """The hooks scripts/train.py installs: the study's views unless `views: false`."""
-    return [StudyViews()] if cfg.views else []
+    """The hooks scripts/train.py installs: the HPARAMS entry, and the study's views unless
+    `views: false`."""
+    return [StudyViews(), HParams()] if cfg.views else [HParams()]
 
 
 # The study's variables: marked `differs` in the HPARAMS entry, so that TensorBoard (2.21) lists
