@@ -10,6 +10,7 @@ from minimt.atomic import noting_what_is_intact, write_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import optional, path
+from minimt.data.corpus import text_lines
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -36,17 +37,6 @@ RULES = {
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
-def read_input_lines(stream, name: str) -> list[str]:
-    """Lines of a binary stream as strict UTF-8; a bad byte exits naming the line."""
-    lines = []
-    for number, raw in enumerate(stream, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
-        except UnicodeDecodeError as error:
-            sys.exit(f"error: {name} line {number} is not valid UTF-8 ({error.reason})")
-    return lines
-
-
 @one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE, RULES)
@@ -54,11 +44,11 @@ def main(argv: list[str]) -> None:
     translator = Translator.from_run(args.run, args.checkpoint, args.device, args.batch_tokens)
     translator.check_beams([args.beam])
     if args.input is None:
-        lines = read_input_lines(sys.stdin.buffer, "stdin")
+        lines = list(text_lines(sys.stdin.buffer, "stdin"))
     else:
         try:
             with open(args.input, "rb") as stream:
-                lines = read_input_lines(stream, args.input)
+                lines = list(text_lines(stream, args.input))
         except OSError as error:
             sys.exit(f"error: cannot read input={args.input} ({error.strerror})")
     hyps = translator.translate(lines, beam=args.beam, length_penalty=args.length_penalty)

@@ -2,14 +2,24 @@
 
 import gzip
 import http.server
+import logging
 import re
 import shutil
 import threading
+import unicodedata
 from functools import partial
 
 import pytest
 
-from minimt.data.corpus import DataError, count_lines, parallel_files, read_parallel, sha256_of
+from minimt.data.corpus import (
+    DataError,
+    count_lines,
+    parallel_files,
+    read_lines,
+    read_parallel,
+    sha256_of,
+    text_lines,
+)
 from minimt.data.multi30k import MULTI30K_SHA256, fetch_multi30k_file, load_multi30k
 
 
@@ -233,3 +243,21 @@ def test_broken_gzip_is_a_data_error(tmp_path, read):
     broken.write_bytes(b"plain text, not gzip\n")
     with pytest.raises(DataError, match=re.escape(str(broken))):
         read(broken, broken)
+
+
+def test_a_byte_order_mark_and_decomposed_umlauts_read_as_the_plain_composed_text(tmp_path, caplog):
+    composed = "Ein Mädchen läuft über die Straße."
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    path = tmp_path / "text.de"
+    path.write_bytes(("\ufeff" + composed + "\n" + decomposed + "\r\nplain\n").encode())
+    with caplog.at_level(logging.INFO, logger="minimt.data.corpus"):
+        assert read_lines(path) == [composed, composed, "plain"]
+    assert caplog.text.count("2 line(s) normalized (byte-order mark dropped, Unicode NFC)") == 1
+    assert read_lines(path) == list(text_lines(path.read_bytes().splitlines(True), "text.de"))
+
+
+def test_a_byte_order_mark_after_the_first_line_is_text(tmp_path):
+    path = tmp_path / "text.de"
+    path.write_bytes("eins\n\ufeffzwei\n".encode())
+    assert read_lines(path) == ["eins", "\ufeffzwei"]

@@ -1,10 +1,13 @@
 import logging
+import unicodedata
 
 import pytest
 
 from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.translator import Translator, fit_to_model
-from tests.helpers import tiny_transformer
+from tests.helpers import REPO, run_script, tiny_transformer
+
+OLD_RUNS = REPO / "tests" / "data" / "old_runs"
 
 SENTENCES = [
     "Ein Hund rennt über die Wiese.",
@@ -87,3 +90,13 @@ def test_without_the_cache_every_beam_re_reads_the_prefix_and_translates_the_sam
 
     monkeypatch.setattr(model, "start_decoding", no_cache)
     assert uncached.translate(SENTENCES, beam=beam) == cached
+
+
+def test_translate_reads_a_byte_order_mark_and_decomposed_umlauts_as_the_plain_text():
+    (run,) = [p for p in sorted(OLD_RUNS.glob("format_16_*")) if (p / "starts.json").is_file()]
+    composed = "Ein Mädchen wartet in der Küche.\nEine Katze läuft.\n"
+    plain = run_script("translate.py", f"run={run}", stdin=composed.encode())
+    variants = ("\ufeff" + composed, unicodedata.normalize("NFD", composed))
+    for text in variants:
+        result = run_script("translate.py", f"run={run}", stdin=text.encode())
+        assert result.returncode == 0 and result.stdout == plain.stdout, result.stderr

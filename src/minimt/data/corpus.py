@@ -1,11 +1,14 @@
 """Reading raw line-aligned parallel text: two files (plain or .gz) of strict UTF-8, one sentence
-a line, loaded whole or streamed; a file that cannot be read is a DataError naming it and the
-line. Where the Multi30k files come from is minimt.data.multi30k's."""
+a line, loaded whole or streamed, each line as text_lines gives it (no byte-order mark, Unicode
+NFC); a file that cannot be read is a DataError naming it and the line. Where the Multi30k
+files come from is minimt.data.multi30k's."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -16,7 +19,10 @@ from typing import BinaryIO
 
 from minimt.errors import MinimtError
 
+log = logging.getLogger(__name__)
+
 Pairs = tuple[list[str], list[str]]
+BOM = "\ufeff"
 
 
 class DataError(MinimtError):
@@ -93,20 +99,36 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """Stream a plain or gzipped text file as strict UTF-8 lines without their newline."""
+    """Stream a plain or gzipped text file as text_lines gives it."""
     path = Path(path)
     with _open_binary(path) as file:
-        # Binary mode splits on b"\n" only (a stray "\r" or U+2028 inside a sentence must not start
-        # a new line) and lets an undecodable line be reported with its number.
-        for number, raw in enumerate(_reading(path, file), start=1):
-            try:
-                line = raw[:-1].removesuffix(b"\r") if raw.endswith(b"\n") else raw
-                yield line.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(
-                    f"{path} line {number} is not valid UTF-8 "
-                    f"({error.reason} at byte {error.start})"
-                ) from None
+        yield from text_lines(_reading(path, file), str(path))
+
+
+def text_lines(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """The one reader of text: lines of bytes (each with its newline, b"\n" or b"\r\n") as strict
+    UTF-8 without the newline, a leading byte-order mark dropped (what Windows editors write) and
+    each line in Unicode NFC (decomposed umlauts, as macOS and some PDFs give them, composed), so
+    that the tokenizer sees one spelling of a text. How many lines either changed is logged once;
+    an undecodable line is a DataError naming `name` and the line."""
+    changed = 0
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            text = (raw[:-1].removesuffix(b"\r") if raw.endswith(b"\n") else raw).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(f"{name} line {number} is not valid UTF-8 ({error.reason})") from None
+        clean = normalized(text, first=number == 1)
+        changed += clean != text
+        yield clean
+    if changed:
+        log.info("%s: %d line(s) normalized (byte-order mark dropped, Unicode NFC)", name, changed)
+
+
+def normalized(text: str, first: bool = False) -> str:
+    """`text` in Unicode NFC, without a leading byte-order mark if it is a file's `first` line."""
+    if first:
+        text = text.removeprefix(BOM)
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
 def count_lines(path: str | Path) -> int:
