@@ -86,6 +86,14 @@ def test_a_misspelt_option_names_the_key_the_class_and_its_options():
     assert "pe.scale is not an option of minimt.model.positions.LearnedPositions" in message
 
 
+def test_both_sides_replaced_on_the_command_line_leave_the_default_groups_option_behind():
+    # the documented command: pe=sinusoidal's scale 1.0 stays in the section, and changes nothing
+    sides = [f"pe.{side}=my_encodings.DistancePenalty" for side in ("encoder", "decoder")]
+    validate_config(compose_config(*sides))
+    message = config_error(*sides, "pe.scale=2.0")
+    assert "pe.scale is not an option of my_encodings.DistancePenalty (options: slope)" in message
+
+
 def test_a_value_of_the_wrong_type_or_refused_by_the_class_names_the_key():
     message = config_error(*chosen("my_encodings.BinaryPositions"), "+pe.scale=big")
     assert "pe.scale='big' must be a number for my_encodings.BinaryPositions" in message

@@ -1,13 +1,16 @@
-"""Every training command the README and docs/ show composes and passes the config rules, so a
-renamed key or option cannot leave a documented command behind. Commands are read from code
-blocks and inline code; a sweep's values are each checked; a command with a placeholder (ARM,
-DIR, ...) or with an option the docs have the reader write first is left out."""
+"""Every training command the README, docs/ and `train.py --help` show composes and passes the
+config rules, so a renamed key or option cannot leave a documented command behind. Commands are
+read from code blocks, inline code and the help text's header; a sweep's values are each checked.
+A command that puts the reader's own encodings on PYTHONPATH and their config folder on Hydra's
+search path runs with tests/plugins in both places (the docs' my_encodings module and
+my_configs); a command with another placeholder (ARM, DATE, ...) is left out."""
 
 import re
 import shlex
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
 from minimt.config import validate_config
 from tests.helpers import REPO, compose_config
@@ -15,8 +18,9 @@ from tests.helpers import REPO, compose_config
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 TRAIN = "scripts/train.py"
 PLACEHOLDER = re.compile(r"\b[A-Z]{1,4}\b|\$")
-# docs/encodings.md has the reader write configs/pe/penalty.yaml before this command
-WRITTEN_BY_THE_READER = {"pe=penalty"}
+PLUGINS = REPO / "tests" / "plugins"
+# The reader's config folder, as the docs (my_configs) and the help text (DIR) name it
+READERS_CONFIGS = re.compile(r"file://(my_configs|DIR)\b")
 
 
 def shell_lines(text: str) -> list[str]:
@@ -42,18 +46,27 @@ def train_commands(text: str) -> list[list[str]]:
     in `text` (comments and `-m` dropped)."""
     commands = []
     for line in shell_lines(text):
-        if TRAIN not in line or not line.lstrip().startswith(("python", "torchrun")):
+        command = re.sub(r"^\s*PYTHONPATH=\S+\s+", "", line)  # the reader's encodings: PLUGINS
+        if TRAIN not in command or not command.lstrip().startswith(("python", "torchrun")):
             continue
-        words = shlex.split(line.split(TRAIN, 1)[1], comments=True)
+        command = READERS_CONFIGS.sub(f"file://{PLUGINS / 'configs'}", command)
+        words = shlex.split(command.split(TRAIN, 1)[1], comments=True)
         commands.append([word for word in words if word not in ("-m", "--multirun")])
     return commands
 
 
+def help_header() -> str:
+    """The header of `python scripts/train.py --help` (configs/config.yaml's hydra.help.header)."""
+    return OmegaConf.load(REPO / "configs" / "config.yaml").hydra.help.header
+
+
 def documented_commands() -> list[tuple[str, list[str]]]:
+    texts = {str(doc.relative_to(REPO)): doc.read_text() for doc in DOCS}
+    texts["train.py --help"] = "```\n" + help_header() + "```\n"
     return [
-        (f"{doc.relative_to(REPO)}: {' '.join(overrides)}", overrides)
-        for doc in DOCS
-        for overrides in train_commands(doc.read_text())
+        (f"{name}: {' '.join(overrides)}", overrides)
+        for name, text in texts.items()
+        for overrides in train_commands(text)
     ]
 
 
@@ -81,6 +94,8 @@ def test_the_docs_show_training_commands_of_every_kind():
     assert any("data=parallel_text data.train.src=train.de" in name for name in named)  # continued
     expanded = "sweep=scaling_cpu hydra/launcher=parallel arm=unscaled_small_sinusoidal"  # $A
     assert any(expanded in name for name in named)
+    own = "pe.encoder=my_encodings.DistancePenalty pe.decoder=my_encodings.DistancePenalty"
+    assert f"docs/encodings.md: {own}" in named and f"train.py --help: {own}" in named
 
 
 def test_a_sweep_is_checked_one_value_at_a_time():
@@ -95,8 +110,9 @@ def test_a_sweep_is_checked_one_value_at_a_time():
 @pytest.mark.parametrize(
     "overrides", [pytest.param(overrides, id=name) for name, overrides in documented_commands()]
 )
-def test_a_documented_training_command_composes_and_passes_the_rules(overrides):
-    if PLACEHOLDER.search(" ".join(overrides)) or WRITTEN_BY_THE_READER & set(overrides):
+def test_a_documented_training_command_composes_and_passes_the_rules(overrides, monkeypatch):
+    if PLACEHOLDER.search(" ".join(overrides)):
         pytest.skip("needs the reader's own values")
+    monkeypatch.syspath_prepend(str(PLUGINS))  # the docs' my_encodings
     for job in one_value_per_job(overrides):
         validate_config(compose_config(*job))

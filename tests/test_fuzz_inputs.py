@@ -28,7 +28,8 @@ from tests.helpers import REPO, compose_config, fuzz_settings, tiny_transformer
 
 TRICKY_PIECES = [
     "\x00", "\t", "\r", "\n", "\r\n", "\x0b", "\x1b[31m", "\x7f", "\x85", "\u2028", "\ufeff",
-    "\u200f", "\u202e", "e\u0301", "a\u0308", "\u200b", "\u00ad", "\u2060", "😀", "👩‍👩‍👧", "\U0010ffff", "\ufffd", " ", "\u3000",
+    "\u200f", "\u202e", "e\u0301", "a\u0308", "\u200b", "\u00ad", "\u2060",
+    "😀", "👩‍👩‍👧", "\U0010ffff", "\ufffd", " ", "\u3000",
 ]  # fmt: skip
 HOSTILE_TEXT = st.lists(
     st.one_of(st.text(st.characters(codec="utf-8"), max_size=12), st.sampled_from(TRICKY_PIECES)),

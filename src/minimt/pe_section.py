@@ -3,11 +3,14 @@ and what stops a choice from serving a model of a given size; every problem name
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from minimt.errors import ConfigError
 from minimt.model.encoding_choice import (
+    BUILT_IN_ENCODINGS,
     EncodingChoice,
     EncodingError,
     accepted_options,
@@ -15,7 +18,8 @@ from minimt.model.encoding_choice import (
 )
 
 # The pe section: each side's encoding, each side's own options; its other keys are options of
-# both sides' classes, each given to the sides whose class takes it.
+# both sides' classes, each given to the sides whose class takes it (one that no side takes is
+# an error, unless it is a built-in encoding's default: built_in_default).
 SIDES = {"encoder": "encoder_options", "decoder": "decoder_options"}
 
 
@@ -53,9 +57,21 @@ def side_choices(pe: DictConfig) -> tuple[list[str], dict[str, EncodingChoice]]:
     if len(classes) == len(SIDES):
         described = " or ".join(allowed(c) for c in dict.fromkeys(classes.values()))
         for key, value in shared.items():
-            if value is not None and not any(key in accepted_options(c) for c in classes.values()):
+            taken = any(key in accepted_options(c) for c in classes.values())
+            if value is not None and not taken and not built_in_default(key, value):
                 problems.append(f"pe.{key} is not an option of {described}")
     return problems, choices
+
+
+def built_in_default(key: str, value: object) -> bool:
+    """Whether `value` is a built-in encoding's default for its option `key`: what a pe group
+    (configs/pe) sets for its own encoding, left behind when both sides are replaced on the
+    command line (`pe.encoder=my.Class pe.decoder=my.Class`), where it changes nothing."""
+    for name in BUILT_IN_ENCODINGS:
+        parameter = inspect.signature(EncodingChoice(name).cls.__init__).parameters.get(key)
+        if parameter is not None and parameter.default == value:
+            return True
+    return False
 
 
 def option_key(pe: DictConfig, side: str, option: str) -> str:
