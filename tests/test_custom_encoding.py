@@ -94,6 +94,31 @@ def test_both_sides_replaced_on_the_command_line_leave_the_default_groups_option
     assert "pe.scale is not an option of my_encodings.DistancePenalty (options: slope)" in message
 
 
+def test_a_method_on_an_older_contract_is_refused_before_any_work_naming_the_fix():
+    message = config_error(*chosen("my_encodings.OlderContractBias"))
+    assert (
+        "my_encodings.OlderContractBias.bias cannot take the model's call "
+        "bias(n_queries, n_keys, device=...) (got an unexpected keyword argument 'device'): "
+        "give it the signature bias(self, n_queries, n_keys, offset=0, causal=False, *, "
+        "device=None)"
+    ) in message
+
+
+def test_a_method_that_fails_on_a_tiny_input_is_refused_before_any_work():
+    message = config_error(*chosen("my_encodings.BrokenAdd"))
+    assert (
+        "my_encodings.BrokenAdd.add fails on the model's call add(x, offset) on a tiny" in message
+    )
+    assert "RuntimeError: The size of tensor a" in message
+
+
+def test_checking_the_contract_draws_no_random_number():
+    state = torch.get_rng_state()
+    validate_config(compose_config(*chosen("my_encodings.DistancePenalty")))
+    validate_config(compose_config("pe=learned"))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_a_value_of_the_wrong_type_or_refused_by_the_class_names_the_key():
     message = config_error(*chosen("my_encodings.BinaryPositions"), "+pe.scale=big")
     assert "pe.scale='big' must be a number for my_encodings.BinaryPositions" in message

@@ -16,6 +16,7 @@ from minimt.model.encoding_choice import (
     accepted_options,
     class_path,
 )
+from minimt.model.positions import PositionalEncoding
 
 # The pe section: each side's encoding, each side's own options; its other keys are options of
 # both sides' classes, each given to the sides whose class takes it (one that no side takes is
@@ -108,9 +109,64 @@ def encoding_problems(cfg: DictConfig) -> list[str]:
             continue
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             try:
-                choice.build(*sizes)
+                module = choice.build(*sizes)
             except Exception as error:  # the class's own check of its options, in its words
                 given = (f"{option_key(cfg.pe, named[0], k)}={v!r}" for k, v in choice.options)
                 options = ", ".join(given) or "no options"
                 problems.append(f"{where} with {options}: {class_path(choice.cls)} says {error}")
+                continue
+            problems += contract_problems(module, sizes[1], sizes[2])
     return problems
+
+
+# What a signature that takes every call the model makes looks like, per overridable method.
+SIGNATURES = {
+    "add": "add(self, x, offset)",
+    "rotate": "rotate(self, x, offset)",
+    "bias": "bias(self, n_queries, n_keys, offset=0, causal=False, *, device=None)",
+}
+
+
+def model_calls(d_model: int, n_heads: int) -> dict[str, list[tuple[str, tuple, dict]]]:
+    """How the model calls each method a PositionalEncoding may override (minimt.model.embedding,
+    minimt.model.transformer), on two positions: (the call in words, its arguments, keywords)."""
+    head = d_model // n_heads
+    return {
+        "add": [("add(x, offset)", (torch.zeros(1, 2, d_model), 1), {})],
+        "rotate": [("rotate(x, offset)", (torch.zeros(1, n_heads, 2, head), 1), {})],
+        "bias": [
+            ("bias(n_queries, n_keys, device=...)", (2, 2), {"device": "cpu"}),
+            (
+                "bias(n_queries, n_keys, causal=True, device=...)",
+                (2, 2),
+                {"causal": True, "device": "cpu"},
+            ),
+            ("bias(1, n_keys, offset=..., device=...)", (1, 3), {"offset": 2, "device": "cpu"}),
+        ],
+    }
+
+
+def contract_problems(module: PositionalEncoding, d_model: int, n_heads: int) -> list[str]:
+    """What stops the model from calling `module`'s overridden methods: a signature that cannot
+    take a call the model makes, or an exception when it is called so on a tiny input."""
+    cls = type(module)
+    overridden = {"add": module.adds, "rotate": module.rotates, "bias": module.biases}
+    for method, calls in model_calls(d_model, n_heads).items():
+        if not overridden[method]:
+            continue
+        for call, args, kwargs in calls:
+            try:
+                inspect.signature(getattr(cls, method)).bind(module, *args, **kwargs)
+            except TypeError as error:
+                return [
+                    f"{class_path(cls)}.{method} cannot take the model's call {call} ({error}): "
+                    f"give it the signature {SIGNATURES[method]}"
+                ]
+            try:
+                getattr(module, method)(*args, **kwargs)
+            except Exception as error:  # the class's own code, on a tiny input
+                return [
+                    f"{class_path(cls)}.{method} fails on the model's call {call} on a tiny "
+                    f"input on the CPU: {type(error).__name__}: {error}"
+                ]
+    return []

@@ -70,3 +70,17 @@ class NotAnEncoding:
 
     def __init__(self, *args: object) -> None:
         raise AssertionError("never called")
+
+
+class OlderContractBias(PositionalEncoding):
+    """A bias written before `bias()` took `device=`: refused before any work starts."""
+
+    def bias(self, n_queries, n_keys, offset=0, causal=False):
+        return torch.zeros(1, n_queries, n_keys)
+
+
+class BrokenAdd(PositionalEncoding):
+    """An `add` that fails when called: refused before any work starts."""
+
+    def add(self, x, offset):
+        return x + torch.zeros(3)
