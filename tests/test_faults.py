@@ -18,13 +18,14 @@ from torch.utils.tensorboard import SummaryWriter
 import minimt.data.multi30k as multi30k
 from minimt import allocator, atomic
 from minimt.atomic import WriteError, atomic_write
-from minimt.cli import Terminated, one_line_errors
+from minimt.cli import one_line_errors
 from minimt.config import ConfigError, validate_config
 from minimt.data.corpus import DataError
 from minimt.data.multi30k import fetch_multi30k_file
 from minimt.data.splits import prepare_data
+from minimt.signals import StopRequest, Terminated
 from minimt.study.views import study_hooks
-from minimt.train.loop import StopRequest, train
+from minimt.train.loop import train
 from minimt.train.progress import event_write_faults
 from minimt.translator import Translator
 from tests.helpers import (

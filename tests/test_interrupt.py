@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minimt.checkpoint import load_checkpoint, step_checkpoints
-from minimt.train.loop import StopRequest
+from minimt.signals import StopRequest
 from tests.helpers import REPO, tiny_run_overrides
 
 

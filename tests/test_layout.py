@@ -31,6 +31,11 @@ def test_the_model_imports_only_the_model_and_training_never_the_study():
     assert not any(m.startswith(("minimt.train", "minimt.study")) for m in minimt_imports("data"))
 
 
+def test_the_training_core_takes_its_signals_from_the_module_it_shares_with_the_scripts():
+    assert "minimt.cli" not in minimt_imports("train")
+    assert "minimt.signals" in minimt_imports("train")
+
+
 def test_the_package_never_imports_a_script():
     scripts = {"scripts"} | {path.stem for path in (REPO / "scripts").rglob("*.py")}
     for path in PACKAGE.rglob("*.py"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from minimt import atomic
-from minimt.cli import Terminated, interrupted_line, stop_signals_raise
+from minimt.signals import Terminated, interrupted_line, stop_signals_raise
 from minimt.train.loop import train
 from scripts import average_checkpoints, collect_runs, evaluate, report, translate
 from tests.helpers import ENV, REPO, compose_config, tiny_run_overrides

@@ -8,16 +8,14 @@ import logging
 import os
 import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError
 
 from minimt.errors import MinimtError
+from minimt.signals import Terminated, interrupted_line, stop_signals_raise
 
 # Hydra's switch for train.py's full traceback; every script reads the same one.
 FULL_ERROR = "HYDRA_FULL_ERROR"
@@ -58,15 +56,6 @@ def setup_logging() -> None:
     logging.getLogger("tensorboard").setLevel(logging.WARNING)  # a line per event file read
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt is for SIGINT: the `finally` blocks that remove
-    temp files run, where Python's default for SIGTERM ends the process without them."""
-
-
-# The exception each stop signal raises inside one_line_errors.
-STOP_SIGNALS = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated}
-
-
 def one_line_errors(main: Callable) -> Callable:
     """Decorate a script's main: a MinimtError ends it with `error: <message>` as one line on
     stderr and exit status 1, no traceback; SIGINT (Ctrl-C) or SIGTERM ends it with one
@@ -93,43 +82,6 @@ def one_line_errors(main: Callable) -> Callable:
             sys.exit(128 + signum)
 
     return reporting
-
-
-def interrupted_line(signum: signal.Signals) -> str:
-    """What a script stopped by `signum` prints."""
-    return (
-        f"interrupted ({signum.name}): stopped before finishing, no file left half-written; "
-        "run it again to finish"
-    )
-
-
-@contextmanager
-def stop_signals_raise() -> Iterator[None]:
-    """While entered, SIGINT raises KeyboardInterrupt and SIGTERM Terminated; a second signal is
-    ignored while the first one's exception unwinds, so that cleanup runs to its end. A signal
-    the process was started ignoring (SIGINT in a shell's background job) stays ignored; off the
-    main thread, which alone may set handlers, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum, handler in previous.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(signum, _raise_stop)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            if handler is not None:  # None: a handler not set from Python, which cannot be put back
-                signal.signal(signum, handler)
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    """The handler of stop_signals_raise: ignore further stop signals, raise this one's."""
-    for other in STOP_SIGNALS:
-        if signal.getsignal(other) is _raise_stop:
-            signal.signal(other, signal.SIG_IGN)
-    raise STOP_SIGNALS[signal.Signals(signum)]
 
 
 def one_line(message: str) -> str:

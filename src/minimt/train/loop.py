@@ -6,13 +6,10 @@ metrics = train(cfg, run_dir, hooks=[...])   # continues cfg.resume when set
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from collections.abc import Sequence
 from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import NamedTuple
 
 import torch
@@ -22,13 +19,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import resume_checkpoint
-from minimt.cli import STOP_SIGNALS
 from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.splits import RunData, prepare_data
 from minimt.errors import MinimtError
 from minimt.provenance import record_start, session
 from minimt.rundir import tokenizer_digest
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
+from minimt.signals import StopRequest
 from minimt.train.distributed import Distributed
 from minimt.train.evaluation import (
     Hook,
@@ -57,41 +54,6 @@ from minimt.train.step import Training, build_training, checks_on_host, train_st
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
-
-
-class StopRequest:
-    """While entered, the first SIGINT/SIGTERM sets `.signal` (the loop saves and exits) instead
-    of killing the process; a second SIGINT interrupts at once, and so does any signal after
-    `at_once()`. No-op off the main thread."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-        self._at_once = False
-        self._previous: dict[int, object] = {}
-
-    def at_once(self) -> None:
-        """From now on a signal raises (KeyboardInterrupt, Terminated) where it lands: the loop is
-        over, no step boundary will read `.signal`. One that came since the last read raises now."""
-        self._at_once = True
-        if self.signal is not None:
-            raise STOP_SIGNALS[signal.Signals[self.signal]]
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._at_once or (self.signal is not None and signum == signal.SIGINT):
-            raise STOP_SIGNALS[signal.Signals(signum)]
-        self.signal = signal.Signals(signum).name
 
 
 class Interrupted(Exception):
