@@ -24,7 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from minimt.atomic import WriteError
-from minimt.checkpoint import loads, step_checkpoints
+from minimt.checkpoint import newest_loadable
 from minimt.config import register_resolvers
 from minimt.rundir import finished_run, interrupted_run
 from minimt.study.views import study_hooks
@@ -51,8 +51,7 @@ def resume_command(run_dir: str) -> str:
 def how_to_resume(run_dir: str) -> str:
     """After a failed write: the newest step checkpoint that loads, and the command that
     continues from it."""
-    steps = reversed(step_checkpoints(Path(run_dir) / "checkpoints"))
-    newest = next((path for path in steps if loads(path)), None)
+    newest = newest_loadable(Path(run_dir) / "checkpoints")
     if newest is None:
         return "no step checkpoint was saved yet: free space, then start the run again"
     return (

@@ -176,6 +176,12 @@ def loads(path: Path) -> bool:
     return True
 
 
+def newest_loadable(ckpt_dir: str | Path, other_than: Path | None = None) -> Path | None:
+    """The newest step_<N>.pt in `ckpt_dir` (but `other_than`) that loads, or None."""
+    steps = reversed(step_checkpoints(ckpt_dir))
+    return next((path for path in steps if path != other_than and loads(path)), None)
+
+
 def latest_checkpoint(ckpt_dir: str | Path) -> Path:
     """The newest numbered checkpoint in `ckpt_dir` (the one a resumed run continues from); in a
     run of the oldest formats, which saved its progress as last.pt, that file where it is newer."""

@@ -20,10 +20,9 @@ from minimt.checkpoint import (
     DamagedCheckpoint,
     load_checkpoint,
     load_weights,
-    loads,
+    newest_loadable,
     remove_old_checkpoints,
     save_checkpoint,
-    step_checkpoints,
 )
 from minimt.config import changed_settings, resume_mismatches
 from minimt.data.batching import Batch, prefetched
@@ -195,10 +194,10 @@ def resume_training(
     try:
         saved = load_checkpoint(path)
     except DamagedCheckpoint as error:
-        older = [step for step in step_checkpoints(path.parent) if step != path and loads(step)]
+        older = newest_loadable(path.parent, other_than=path)
         hint = "no other step checkpoint loads: start the run again, without resume="
-        if older:
-            hint = f"resume={older[-1]} continues from the newest that loads"
+        if older is not None:
+            hint = f"resume={older} continues from the newest that loads"
         raise DamagedCheckpoint(f"{error}; {hint}") from error
     if "optimizer" not in saved:
         raise CheckpointError(
