@@ -15,6 +15,7 @@ if __name__ == "__main__":  # first: a process picks its allocator when it start
 
 import logging
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -27,6 +28,13 @@ from minimt.atomic import WriteError
 from minimt.checkpoint import newest_loadable
 from minimt.config import register_resolvers
 from minimt.rundir import finished_run, interrupted_run
+from minimt.signals import (
+    Terminated,
+    forward_stops,
+    interrupted_line,
+    remember_stops,
+    stopped,
+)
 from minimt.study.views import study_hooks
 from minimt.train.loop import Interrupted, train
 
@@ -77,8 +85,24 @@ class RecordChoices:
 @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
 @one_line_errors
 def main(cfg: DictConfig) -> float | None:
-    """Train one run in Hydra's output directory; return best val BLEU for sweepers."""
+    """Train one run in Hydra's output directory; return best val BLEU for sweepers. In a sweep a
+    run stopped by a signal returns (its launcher resumes nothing and starts no further run)."""
     run_dir = HydraConfig.get().runtime.output_dir
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        remember_stops()
+        if stopped() is not None:
+            log.warning("not started: the sweep was stopped (%s)", stopped().name)
+            return None
+        try:
+            return train_one(cfg, run_dir)
+        except (KeyboardInterrupt, Terminated):  # before training or after its last save
+            log.warning("%s: %s", run_dir, interrupted_line(stopped() or signal.SIGTERM))
+            return None
+    return train_one(cfg, run_dir)
+
+
+def train_one(cfg: DictConfig, run_dir: str) -> float | None:
+    """Train (or skip, or resume) the run in `run_dir`; its best val BLEU."""
     try:
         if cfg.resume is None:
             finished = finished_run(run_dir, cfg)
@@ -89,8 +113,10 @@ def main(cfg: DictConfig) -> float | None:
                 cfg.resume = run_dir
         choices = RecordChoices(dict(HydraConfig.get().runtime.choices))
         metrics = train(cfg, run_dir, [*study_hooks(cfg), choices])
-    except Interrupted as stopped:
-        log.warning("%s:\n  %s", stopped, resume_command(run_dir))
+    except Interrupted as interrupted:
+        log.warning("%s:\n  %s", interrupted, resume_command(run_dir))
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            return None  # not SystemExit: a parallel launcher would kill the other runs mid-save
         sys.exit(0)
     except WriteError as error:  # a full disk: say where the run can continue from
         raise WriteError(f"{error}; {how_to_resume(run_dir)}") from error
@@ -100,5 +126,18 @@ def main(cfg: DictConfig) -> float | None:
     return metrics["best_val_bleu"]
 
 
+def sweep_main() -> None:
+    """A sweep (-m): a stop signal to this process is sent on to the runs it started, which save
+    and return; then this process says how to resume and exits 0, as a stopped single run does."""
+    with forward_stops():
+        main()
+    if stopped() is not None:
+        print(
+            f"sweep stopped ({stopped().name}): each run it started saved its checkpoint; run "
+            "the same command again to resume it",
+            file=sys.stderr,
+        )
+
+
 if __name__ == "__main__":
-    main()
+    sweep_main() if {"-m", "--multirun"} & set(sys.argv) else main()

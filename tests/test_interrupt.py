@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minimt.checkpoint import load_checkpoint, step_checkpoints
-from minimt.signals import StopRequest
+from minimt.signals import StopRequest, job_processes
 from tests.helpers import REPO, tiny_run_overrides
 
 
@@ -103,3 +103,53 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path, trial):
     saved = load_checkpoint(path)
     assert saved["model"]["w"].shape == (1_000_000,) and isinstance(saved["state"]["step"], int)
     assert torch.isfinite(saved["model"]["w"]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to_the_group", [False, True], ids=["sigterm_to_launcher", "ctrl_c"])
+def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_resumes(
+    multi30k_dir, tmp_path, to_the_group
+):
+    sweep = tmp_path / "sweep"
+    python, script, *overrides = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000")
+    command = [
+        python,
+        script,
+        "-m",  # before the overrides, as argparse wants it
+        *overrides,
+        "views=false",
+        "hydra/launcher=parallel",
+        "trainer.seed=1,2,3",  # two at a time: the third must never start
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=seed${trainer.seed}",
+    ]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
+    launcher = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    runs = [sweep / f"seed{seed}" / "checkpoints" for seed in (1, 2)]
+    wait_for(lambda: all(step_checkpoints(run) for run in runs), launcher)
+    workers = job_processes(launcher.pid)
+    assert len(workers) == 2
+    if to_the_group:
+        os.killpg(launcher.pid, signal.SIGINT)
+    else:
+        launcher.send_signal(signal.SIGTERM)
+    log, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, log[-3000:]
+    assert "sweep stopped (SIG" in log and "run the same command again to resume it" in log
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]  # nothing left running
+    assert not step_checkpoints(sweep / "seed3" / "checkpoints")  # Hydra made its folder only
+    assert "not started: the sweep was stopped" in log
+    saved = [step_checkpoints(run)[-1] for run in runs]
+    assert all("stopped at step" in log for _ in saved)
+
+    again = subprocess.run(
+        [*command[:-4], "trainer.max_steps=" + str(max(int(p.stem[5:]) for p in saved) + 5),
+         *command[-4:]],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:]
+    for path in saved:
+        assert f"resumed from {path}" in again.stdout

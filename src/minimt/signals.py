@@ -1,15 +1,89 @@
 """Stop signals (SIGINT, SIGTERM) in one place, for the scripts and the training loop alike:
 `stop_signals_raise` turns them into exceptions whose unwinding removes the temp files of
 unfinished writes (a script then ends in one `interrupted` line, minimt.cli), and `StopRequest`
-lets the training loop finish its step and save before it stops."""
+lets the training loop finish its step and save before it stops.
+
+A sweep that runs several runs at once: its launcher process sends a stop signal on to the
+processes it started (`forward_stops`) and waits for them; each of those remembers it
+(`remember_stops`, `stopped`), so that after the run it was training has saved and returned it
+starts no further run of the sweep."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from types import FrameType
+
+_stopped: list[signal.Signals] = []  # the stop signals this process received, first first
+# Set by a sweep's launcher that was stopped, for the worker processes it starts after that
+SWEEP_STOPPED = "MINIMT_SWEEP_STOPPED"
+
+
+def stopped() -> signal.Signals | None:
+    """The first stop signal this process received (or, in a sweep's worker started after the
+    sweep was stopped, the launcher's), or None."""
+    if _stopped:
+        return _stopped[0]
+    return signal.Signals[os.environ[SWEEP_STOPPED]] if SWEEP_STOPPED in os.environ else None
+
+
+def _record(signum: int) -> None:
+    _stopped.append(signal.Signals(signum))
+
+
+def remember_stops() -> None:
+    """From now on, for the life of this process, a stop signal outside the handlers below is
+    only remembered (`stopped`): a sweep's worker between two runs lives on and starts no more."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, lambda signum, frame: _record(signum))
+
+
+@contextmanager
+def forward_stops() -> Iterator[None]:
+    """While entered (a sweep's launcher process): a stop signal is remembered and sent on as
+    SIGTERM to every process this one started that runs a job (not Python's resource trackers),
+    so that each run saves its checkpoint and returns; this process lives on to wait for them.
+    SIGTERM, not SIGINT: a Ctrl-C to the process group already gave the runs one SIGINT, and a
+    second SIGINT would stop a run at once, mid-save."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        _record(signum)
+        os.environ[SWEEP_STOPPED] = signal.Signals(signum).name  # for workers not started yet
+        for pid in job_processes(os.getpid()):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        os.environ.pop(SWEEP_STOPPED, None)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def job_processes(parent: int) -> list[int]:
+    """The descendants of `parent` (Linux /proc) but Python's resource trackers."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, bytes] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError, ValueError, IndexError):
+            pid = int(stat.parent.name)
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            commands[pid] = (stat.parent / "cmdline").read_bytes()
+            children.setdefault(ppid, []).append(pid)
+    found, queue = [], list(children.get(parent, []))
+    while queue:
+        pid = queue.pop()
+        queue += children.get(pid, [])
+        if b"resource_tracker" not in commands.get(pid, b""):
+            found.append(pid)
+    return found
 
 
 class Terminated(BaseException):
@@ -51,6 +125,7 @@ class StopRequest:
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        _record(signum)
         if self._at_once or (self.signal is not None and signum == signal.SIGINT):
             raise STOP_SIGNALS[signal.Signals(signum)]
         self.signal = signal.Signals(signum).name
@@ -87,6 +162,7 @@ def stop_signals_raise() -> Iterator[None]:
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
     """The handler of stop_signals_raise: ignore further stop signals, raise this one's."""
+    _record(signum)
     for other in STOP_SIGNALS:
         if signal.getsignal(other) is _raise_stop:
             signal.signal(other, signal.SIG_IGN)
