@@ -87,3 +87,19 @@ def test_every_collected_run_names_its_machine_from_its_record_or_sidecar():
         assert {machines[arm, seed] for seed in (19, 20)} == {second}
         starts = load_run(STUDY / "runs" / PLAN_PROTOCOL / arm / "seed19", None)[0]
         assert len(starts.provenance["discarded_starts"]) == 2, arm
+
+
+def test_the_q7_recheck_retrained_its_run_bit_for_bit():
+    # sinusoid_rms_learned seed 18, trained again from the plan's commit on a machine of the
+    # first EPYC's kind (docs/study.md, Q7's result): every validation and test score equal
+    recorded, again = (
+        json.loads((STUDY / folder / PLAN_PROTOCOL / "sinusoid_rms_learned/seed18/metrics.json")
+                   .read_text())
+        for folder in ("runs", "recheck")
+    )  # fmt: skip
+
+    def scores(metrics: dict) -> list:
+        return [{k: v for k, v in e.items() if k != "seconds"} for e in metrics["val_history"]]
+
+    assert scores(again) == scores(recorded) and again["test"] == recorded["test"]
+    assert again["provenance"]["commit"] == recorded["provenance"]["commit"]
