@@ -101,6 +101,19 @@ def test_an_old_run_resumes_for_a_few_updates_and_saves_todays_format(old_run, c
         assert "cannot continue exactly: it saved no random state" in caplog.text
 
 
+@pytest.mark.parametrize("old_run", [FORMATS[-1]], indirect=True)
+def test_resuming_names_every_setting_that_differs_from_the_checkpoints(old_run, caplog):
+    overrides = today_overrides(built(old_run.name), old_run)
+    cfg = compose_config(
+        *overrides, f"resume={old_run}", "trainer.max_steps=301", "model.dropout=0.3"
+    )
+    with caplog.at_level(logging.WARNING, logger="minimt"):
+        train(cfg, old_run)
+    (line,) = [r.message for r in caplog.records if r.message.startswith("resuming with settings")]
+    assert "model.dropout: checkpoint 0.1, config 0.3" in line
+    assert "trainer.max_steps: checkpoint 300, config 301" in line
+
+
 @pytest.mark.parametrize("old_run", FORMATS, indirect=True)
 def test_report_reads_an_old_run(old_run, tmp_path):
     run, why = load_run(old_run, None)

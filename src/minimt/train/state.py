@@ -188,8 +188,10 @@ def resume_training(
 ) -> TrainState:
     """Load the weights, optimizer, schedule and random state saved at `path`; its TrainState.
 
-    Settings that the weights or the data order depend on (RESUME_KEYS) must match the
-    checkpoint's; other trainer settings may change and are logged.
+    Settings that the weights or the data order depend on (RESUME_KEYS, the pe section) must
+    match the checkpoint's; every other setting may change, each one that does named in one
+    warning. A checkpoint of an older run format is read in today's (minimt.migrations), and one
+    that saved too little to continue exactly says so.
     """
     try:
         saved = load_checkpoint(path)
