@@ -20,10 +20,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from minimt.atomic import WriteError, noting_what_is_intact, why_not_written, write_bytes
+from minimt.atomic import WriteError, why_not_written, write_bytes
 from minimt.checkpoint import json_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.multi30k import MULTI30K_URL, local_path
+from minimt.errors import with_hint
 from minimt.study.runs import Run, collected_dir, load_sweep
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
             f"{target} has no metrics.json until collect_runs.py runs again; the other runs in "
             f"{dest} are intact"
         )
-        with noting_what_is_intact(note):
+        with with_hint(note, WriteError):
             copy_files(target, files, stale=present.keys() - files.keys())
         done.append((target, "replaced" if present else "copied"))
     return done

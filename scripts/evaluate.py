@@ -20,13 +20,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig
 
-from minimt.atomic import noting_what_is_intact, write_text
+from minimt.atomic import WriteError, write_text
 from minimt.checkpoint import average_last_checkpoints, save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import at_least, optional, path, positive_int, positive_int_list, split_names
 from minimt.data.corpus import read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
+from minimt.errors import with_hint
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.rundir import checkpoint_dir, read_metrics
 from minimt.translator import Translator
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> None:
         return Path(args.out) if args.out else run / "hyps" / f"{name}.beam{beam}.{checkpoint}.txt"
 
     intact = f"{run / 'metrics.json'} is as it was, the translations written before are complete"
-    with noting_what_is_intact(intact):
+    with with_hint(intact, WriteError):
         evaluations = evaluate_sets(
             translator, sets, as_list(args.beam), args.length_penalty, hyps_path
         )

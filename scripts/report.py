@@ -19,8 +19,9 @@ metrics.json are listed as skipped. Each file is written whole or not at all (a 
 
 import sys
 
-from minimt.atomic import noting_what_is_intact
+from minimt.atomic import WriteError
 from minimt.cli import one_line_errors, parse_args, setup_logging
+from minimt.errors import with_hint
 from minimt.study.markdown import configuration_table
 from minimt.study.questions import REFERENCE
 from minimt.study.report import build_report, write_report
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> None:
     intact = (
         f"each file in {report.out_dir} is its previous version or its new one, none half-written"
     )
-    with noting_what_is_intact(intact):
+    with with_hint(intact, WriteError):
         paths = write_report(report)
     print(configuration_table(report.rows))
     for path in paths:

@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from minimt.atomic import WriteError
 from minimt.checkpoint import newest_loadable
 from minimt.config import register_resolvers
+from minimt.errors import with_hint
 from minimt.rundir import finished_run, interrupted_run
 from minimt.signals import (
     Terminated,
@@ -112,14 +113,14 @@ def train_one(cfg: DictConfig, run_dir: str) -> float | None:
             if interrupted_run(run_dir):
                 cfg.resume = run_dir
         choices = RecordChoices(dict(HydraConfig.get().runtime.choices))
-        metrics = train(cfg, run_dir, [*study_hooks(cfg), choices])
+        # a full disk: say where the run can continue from
+        with with_hint(lambda: how_to_resume(run_dir), WriteError):
+            metrics = train(cfg, run_dir, [*study_hooks(cfg), choices])
     except Interrupted as interrupted:
         log.warning("%s:\n  %s", interrupted, resume_command(run_dir))
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             return None  # not SystemExit: a parallel launcher would kill the other runs mid-save
         sys.exit(0)
-    except WriteError as error:  # a full disk: say where the run can continue from
-        raise WriteError(f"{error}; {how_to_resume(run_dir)}") from error
     if metrics is None:  # not rank 0 of a torchrun job
         return None
     log.info("run directory: %s", run_dir)

@@ -6,11 +6,12 @@ python scripts/translate.py run=DIR input=file.de output=file.en beam=5 checkpoi
 
 import sys
 
-from minimt.atomic import noting_what_is_intact, write_text
+from minimt.atomic import WriteError, write_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import optional, path
 from minimt.data.corpus import text_lines
+from minimt.errors import with_hint
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -57,9 +58,8 @@ def main(argv: list[str]) -> None:
         # UTF-8 whatever the locale, like the input: a latin-1 or ASCII terminal must not crash it.
         sys.stdout.buffer.write(text.encode("utf-8"))
         return
-    with noting_what_is_intact(
-        f"output={args.output} was not written (a file already there is intact)"
-    ):
+    intact = f"output={args.output} was not written (a file already there is intact)"
+    with with_hint(intact, WriteError):
         write_text(args.output, text)
 
 

@@ -36,14 +36,20 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
             written = (tmp, path, *path.parents)  # the folders it may have to create included
             if isinstance(error, MinimtError) or not is_write_fault(error, written=written):
                 raise
-            raise _write_error(path, error) from error
+            raise write_error(path, error) from error
         try:
             _commit(tmp, path)
         except OSError as error:  # fsync or rename: this write's, whatever file it names
-            raise _write_error(path, error) from error
+            raise write_error(path, error) from error
     finally:
         if tmp.exists():  # False too where the folder could not be made
             tmp.unlink()
+
+
+def only_a_write_fails(error: OSError) -> bool:
+    """Whether `error`'s errno is one that only a write gives: a full disk, a quota, a file too
+    big, a read-only filesystem."""
+    return error.errno in WRITE_ERRNOS
 
 
 def is_write_fault(error: OSError, *, written: Sequence[Path]) -> bool:
@@ -53,7 +59,7 @@ def is_write_fault(error: OSError, *, written: Sequence[Path]) -> bool:
     whatever file the error names: shutil.copyfile puts its source in `error.filename` even when
     the destination's disk is full. Else yes when it names one of `written`, or no file at all;
     an error that names only other files is theirs (a source that could not be read)."""
-    if error.errno in WRITE_ERRNOS:
+    if only_a_write_fails(error):
         return True
     named = [
         Path(os.fsdecode(name))
@@ -92,7 +98,8 @@ def remove_temp_files(folder: str | Path) -> list[Path]:
     return leftovers
 
 
-def _write_error(path: Path, error: OSError) -> WriteError:
+def write_error(path: Path, error: OSError) -> WriteError:
+    """The WriteError of a failed write of `path`: `could not write PATH: why`."""
     return WriteError(f"could not write {path}: {why_not_written(error, path)}")
 
 
@@ -116,13 +123,3 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` atomically."""
     with atomic_write(path) as tmp:
         tmp.write_bytes(data)
-
-
-@contextmanager
-def noting_what_is_intact(note: str) -> Iterator[None]:
-    """Inside, a WriteError gets `; <note>` added: what the failed write left as it was, so that
-    the one line a script ends on says it too."""
-    try:
-        yield
-    except WriteError as error:
-        raise type(error)(f"{error}; {note}") from error

@@ -5,6 +5,9 @@ with that message as one line (`minimt.cli.one_line_errors`). Any other exceptio
 keeps its traceback.
 """
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 
 class MinimtError(Exception):
     """A problem the user can fix; the message alone says what and how."""
@@ -16,3 +19,13 @@ class ConfigError(MinimtError, ValueError):
 
 class NotFound(MinimtError, FileNotFoundError):
     """A file or directory the user named (a run, a checkpoint, a tokenizer) that is not there."""
+
+
+@contextmanager
+def with_hint(hint: str | Callable[[], str], *kinds: type[MinimtError]) -> Iterator[None]:
+    """Inside, an error of `kinds` gets `; <hint>` added (a callable is asked only then): what a
+    failure left intact, or what to do next, so that the one line a script ends on says it."""
+    try:
+        yield
+    except kinds as error:
+        raise type(error)(f"{error}; {hint() if callable(hint) else hint}") from error

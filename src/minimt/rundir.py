@@ -19,7 +19,7 @@ from minimt.checkpoint import (
 )
 from minimt.config import ConfigError, build_model, resume_mismatches
 from minimt.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, TokenizerPair
-from minimt.errors import MinimtError, NotFound
+from minimt.errors import MinimtError, NotFound, with_hint
 from minimt.migrations import upgraded
 from minimt.model.transformer import Transformer
 
@@ -68,10 +68,8 @@ def load_model(
     A missing or damaged checkpoint is an error naming the run's checkpoints that load instead.
     """
     path = checkpoint_path(run_dir, checkpoint)
-    try:
+    with with_hint(lambda: checkpoints_that_load(run_dir, path), NotFound, DamagedCheckpoint):
         saved = load_checkpoint(path)
-    except (NotFound, DamagedCheckpoint) as error:
-        raise type(error)(f"{error}; {checkpoints_that_load(run_dir, path)}") from error
     tokenizers = TokenizerPair.load(run_dir)
     check_tokenizers(tokenizers, saved, path)
     cfg = OmegaConf.create(saved["config"])

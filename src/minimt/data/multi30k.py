@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from minimt.atomic import WRITE_ERRNOS, WriteError, atomic_write, is_write_fault
+from minimt.atomic import WriteError, atomic_write, is_write_fault, only_a_write_fails
 from minimt.data.corpus import DataError, Pairs, read_parallel, sha256_of
+from minimt.errors import with_hint
 
 logger = logging.getLogger(__name__)
 
@@ -70,21 +71,16 @@ def fetch_multi30k_file(url: str, cache_dir: str | Path, split: str, lang: str) 
 
     source = f"{url.rstrip('/')}/{name}"
     logger.info("fetching %s", source)
-    try:
-        with atomic_write(dest) as tmp:
-            _copy_to(source, tmp)
-            actual = sha256_of(tmp)
-            if actual != expected:
-                raise DataError(
-                    f"{name} fetched from {source} has the wrong checksum: expected sha256 "
-                    f"{expected}, got {actual}. The file was not used. Point data.url at the "
-                    f"official, unmodified raw files ({MULTI30K_URL})."
-                )
-    except WriteError as error:  # a full data.dir: say what the failed copy left as it was
-        raise WriteError(
-            f"{error}; {name} was not cached, the files already in {dest.parent} (data.dir) "
-            "are intact"
-        ) from error
+    intact = f"{name} was not cached, the files already in {dest.parent} (data.dir) are intact"
+    with with_hint(intact, WriteError), atomic_write(dest) as tmp:
+        _copy_to(source, tmp)
+        actual = sha256_of(tmp)
+        if actual != expected:
+            raise DataError(
+                f"{name} fetched from {source} has the wrong checksum: expected sha256 "
+                f"{expected}, got {actual}. The file was not used. Point data.url at the "
+                f"official, unmodified raw files ({MULTI30K_URL})."
+            )
     return dest
 
 
@@ -163,7 +159,7 @@ def _copy_to(source: str, dest: Path) -> None:
     except urllib.error.HTTPError as error:
         raise DataError(f"cannot download {source}: HTTP {error.code}. {_HOW_TO_FIX}.") from None
     except OSError as error:  # URLError, refused connections and timeouts alike
-        if error.errno in WRITE_ERRNOS:
+        if only_a_write_fails(error):
             raise  # the cache's disk, not the download: atomic_write says it
         reason = getattr(error, "reason", error)
         raise DataError(f"cannot download {source}: {reason}. {_HOW_TO_FIX}.") from None

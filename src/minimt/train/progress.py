@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from minimt.atomic import WriteError, why_not_written
+from minimt.atomic import write_error
 from minimt.data.corpus import Pairs
 from minimt.errors import MinimtError
 from minimt.train.state import TrainState
@@ -57,7 +57,7 @@ def event_write_faults(log_dir: Path) -> Iterator[None]:
             raise
         named = error.filename
         path = Path(os.fsdecode(named)) if named else log_dir / "events.out.tfevents.*"
-        raise WriteError(f"could not write {path}: {why_not_written(error, path)}") from error
+        raise write_error(path, error) from error
     finally:
         threading.excepthook = thread_hook
 

@@ -27,6 +27,7 @@ from minimt.checkpoint import (
 from minimt.config import changed_settings, resume_mismatches
 from minimt.data.batching import Batch, prefetched
 from minimt.data.tokenized import BatchedPairs
+from minimt.errors import with_hint
 from minimt.migrations import FORMAT_KEY, RUN_FORMAT, changes_since
 from minimt.model.transformer import Transformer
 from minimt.train.distributed import Distributed
@@ -183,6 +184,14 @@ def not_saved_for_an_exact_resume(saved: dict) -> list[str]:
     return missing
 
 
+def resuming_instead(path: Path) -> str:
+    """What to do when the step checkpoint at `path` does not load."""
+    older = newest_loadable(path.parent, other_than=path)
+    if older is None:
+        return "no other step checkpoint loads: start the run again, without resume="
+    return f"resume={older} continues from the newest that loads"
+
+
 def resume_training(
     path: Path, cfg: DictConfig, training: Training, dist: Distributed
 ) -> TrainState:
@@ -193,14 +202,8 @@ def resume_training(
     warning. A checkpoint of an older run format is read in today's (minimt.migrations), and one
     that saved too little to continue exactly says so.
     """
-    try:
+    with with_hint(lambda: resuming_instead(path), DamagedCheckpoint):
         saved = load_checkpoint(path)
-    except DamagedCheckpoint as error:
-        older = newest_loadable(path.parent, other_than=path)
-        hint = "no other step checkpoint loads: start the run again, without resume="
-        if older is not None:
-            hint = f"resume={older} continues from the newest that loads"
-        raise DamagedCheckpoint(f"{error}; {hint}") from error
     if "optimizer" not in saved:
         raise CheckpointError(
             f"{path} holds model weights only (best.pt / averaged.pt): resume from the run "
