@@ -143,7 +143,9 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
     assert not step_checkpoints(sweep / "seed3" / "checkpoints")  # Hydra made its folder only
     assert "not started: the sweep was stopped" in log
     saved = [step_checkpoints(run)[-1] for run in runs]
-    assert all("stopped at step" in log for _ in saved)
+    assert log.count("stopped at step") == 2
+    if to_the_group:  # resuming after a stop is the same whichever signal stopped it
+        return
 
     again = subprocess.run(
         [*command[:-4], "trainer.max_steps=" + str(max(int(p.stem[5:]) for p in saved) + 5),
