@@ -95,8 +95,8 @@ def test_without_the_cache_every_beam_re_reads_the_prefix_and_translates_the_sam
 def test_translate_reads_a_byte_order_mark_and_decomposed_umlauts_as_the_plain_text():
     (run,) = [p for p in sorted(OLD_RUNS.glob("format_16_*")) if (p / "starts.json").is_file()]
     composed = "Ein Mädchen wartet in der Küche.\nEine Katze läuft.\n"
+    assert unicodedata.normalize("NFD", composed) != composed
     plain = run_script("translate.py", f"run={run}", stdin=composed.encode())
-    variants = ("\ufeff" + composed, unicodedata.normalize("NFD", composed))
-    for text in variants:
-        result = run_script("translate.py", f"run={run}", stdin=text.encode())
-        assert result.returncode == 0 and result.stdout == plain.stdout, result.stderr
+    marked = "\ufeff" + unicodedata.normalize("NFD", composed)  # both at once: one process less
+    result = run_script("translate.py", f"run={run}", stdin=marked.encode())
+    assert result.returncode == 0 and result.stdout == plain.stdout != b"", result.stderr
