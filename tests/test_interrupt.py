@@ -150,7 +150,8 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
 
     # the same command, a step past the newest save, on the two stopped runs (seed 3 would start)
     last = max(int(path.stem.removeprefix("step_")) for path in saved)
-    rerun = [o for o in command if o != "trainer.seed=1,2,3"] + ["trainer.seed=1,2"]
+    rerun = [o for o in command if o not in ("trainer.seed=1,2,3", "trainer.max_steps=100000")]
+    rerun.append("trainer.seed=1,2")
     again = subprocess.run(
         [*rerun, f"trainer.max_steps={last + 1}"],
         capture_output=True, text=True, env=env, timeout=300,
@@ -158,3 +159,4 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
     assert again.returncode == 0, again.stdout[-3000:]
     for path in saved:
         assert f"resumed from {path}" in again.stdout
+    assert again.stdout.count(f"training stopped at step {last + 1}") >= 1
