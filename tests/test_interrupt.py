@@ -126,9 +126,13 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
     ]
     env = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
     launcher = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
         start_new_session=True,
-    )  # fmt: skip
+    )
     runs = [sweep / f"seed{seed}" / "checkpoints" for seed in (1, 2)]
     wait_for(lambda: all(step_checkpoints(run) for run in runs), launcher)
     workers = job_processes(launcher.pid)
@@ -154,8 +158,11 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
     rerun.append("trainer.seed=1,2")
     again = subprocess.run(
         [*rerun, f"trainer.max_steps={last + 1}"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stdout[-3000:]
     for path in saved:
         assert f"resumed from {path}" in again.stdout

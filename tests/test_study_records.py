@@ -93,10 +93,13 @@ def test_the_q7_recheck_retrained_its_run_bit_for_bit():
     # sinusoid_rms_learned seed 18, trained again from the plan's commit on a machine of the
     # first EPYC's kind (docs/study.md, Q7's result): every validation and test score equal
     recorded, again = (
-        json.loads((STUDY / folder / PLAN_PROTOCOL / "sinusoid_rms_learned/seed18/metrics.json")
-                   .read_text())
+        json.loads(
+            (
+                STUDY / folder / PLAN_PROTOCOL / "sinusoid_rms_learned/seed18/metrics.json"
+            ).read_text()
+        )
         for folder in ("runs", "recheck")
-    )  # fmt: skip
+    )
 
     def scores(metrics: dict) -> list:
         return [{k: v for k, v in e.items() if k != "seconds"} for e in metrics["val_history"]]
