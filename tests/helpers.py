@@ -17,6 +17,14 @@ from minimt.data.batching import Batch, flat, flat_batch
 from minimt.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
+OLD_RUNS = REPO / "tests" / "data" / "old_runs"  # a frozen run of every run format
+
+
+def todays_frozen_run() -> Path:
+    """The frozen run that today's code saved (the one with a starts.json)."""
+    (run,) = [p for p in sorted(OLD_RUNS.glob("format_*")) if (p / "starts.json").is_file()]
+    return run
+
 
 # The marks of a test that needs a GPU: `pytest -m gpu` selects it, no CUDA device skips it.
 ON_CUDA = [

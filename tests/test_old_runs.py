@@ -23,15 +23,19 @@ from scripts.average_checkpoints import main as average
 from scripts.evaluate import main as evaluate
 from scripts.hparams import write_hparams
 from scripts.report import main as report
-from tests.helpers import REPO, compose_config
+from tests.helpers import OLD_RUNS, REPO, compose_config, todays_frozen_run
 
-OLD_RUNS = REPO / "tests" / "data" / "old_runs"
 FORMATS = sorted(p.name for p in OLD_RUNS.iterdir() if (p / "built.json").is_file())
 TOY = "tests/data/toy"
 
 
 def built(name: str) -> dict:
     return json.loads((OLD_RUNS / name / "built.json").read_text())
+
+
+def of_format(number: int) -> str:
+    """The first frozen run of run format `number`."""
+    return next(name for name in FORMATS if built(name)["format"] == number)
 
 
 def files_of(run_dir: Path) -> dict[str, bytes]:
@@ -101,7 +105,7 @@ def test_an_old_run_resumes_for_a_few_updates_and_saves_todays_format(old_run, c
         assert "cannot continue exactly: it saved no random state" in caplog.text
 
 
-@pytest.mark.parametrize("old_run", [FORMATS[-1]], indirect=True)
+@pytest.mark.parametrize("old_run", [todays_frozen_run().name], indirect=True)
 def test_resuming_names_every_setting_that_differs_from_the_checkpoints(old_run, caplog):
     overrides = today_overrides(built(old_run.name), old_run)
     cfg = compose_config(
@@ -123,7 +127,7 @@ def test_report_reads_an_old_run(old_run, tmp_path):
     assert (tmp_path / "report" / "report.md").is_file()
 
 
-@pytest.mark.parametrize("old_run", [FORMATS[0], FORMATS[8]], indirect=True)
+@pytest.mark.parametrize("old_run", [of_format(1), of_format(9)], indirect=True)
 def test_an_old_runs_hparams_entry_is_written_again_in_todays_names(old_run):
     before = files_of(old_run)
     write_hparams(old_run)

@@ -18,9 +18,8 @@ from minimt.checkpoint import (
 )
 from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.rundir import DamagedRecord, check_tokenizers, read_metrics, tokenizer_digest
-from tests.helpers import REPO, error_line, run_script
+from tests.helpers import REPO, error_line, run_script, todays_frozen_run
 
-OLD_RUNS = REPO / "tests" / "data" / "old_runs"
 GERMAN = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."] * 5
 
 
@@ -156,8 +155,7 @@ def test_a_script_argument_of_the_wrong_type_is_one_line_naming_it(script, argum
 def poisoned_copy(tmp_path: Path, *checkpoints: str) -> Path:
     """A copy of today's frozen run whose `checkpoints` hold one weight of NaNs each: well-formed
     files that torch loads."""
-    (frozen,) = [p for p in sorted(OLD_RUNS.glob("format_16_*")) if (p / "starts.json").is_file()]
-    run = Path(shutil.copytree(frozen, tmp_path / "run"))
+    run = Path(shutil.copytree(todays_frozen_run(), tmp_path / "run"))
     for name in checkpoints:
         path = run / "checkpoints" / name
         saved = torch.load(path, weights_only=True)

@@ -5,9 +5,7 @@ import pytest
 
 from minimt.data.tokenizer import TokenizerPair, train_bpe
 from minimt.translator import Translator, fit_to_model
-from tests.helpers import REPO, run_script, tiny_transformer
-
-OLD_RUNS = REPO / "tests" / "data" / "old_runs"
+from tests.helpers import run_script, tiny_transformer, todays_frozen_run
 
 SENTENCES = [
     "Ein Hund rennt über die Wiese.",
@@ -93,7 +91,7 @@ def test_without_the_cache_every_beam_re_reads_the_prefix_and_translates_the_sam
 
 
 def test_translate_reads_a_byte_order_mark_and_decomposed_umlauts_as_the_plain_text():
-    (run,) = [p for p in sorted(OLD_RUNS.glob("format_16_*")) if (p / "starts.json").is_file()]
+    run = todays_frozen_run()
     composed = "Ein Mädchen wartet in der Küche.\nEine Katze läuft.\n"
     assert unicodedata.normalize("NFD", composed) != composed
     plain = run_script("translate.py", f"run={run}", stdin=composed.encode())
