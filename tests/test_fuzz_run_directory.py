@@ -2,15 +2,18 @@
 
 Each example copies a small trained run, damages one of its files (cut short at a drawn offset,
 drawn bytes flipped, swapped for the same file of a run with another vocabulary and d_model,
-deleted, or made a folder so it cannot be read as a file) and runs translate.py, evaluate.py or
-average_checkpoints.py on it. The script either succeeds with the output the undamaged run gives,
-or ends with one `error:` line that names the damaged file, and the run directory is unchanged.
+deleted, made a folder so it cannot be read as a file, or, for a checkpoint, saved again well
+formed with one drawn weight or optimizer value made NaN or inf) and runs translate.py,
+evaluate.py or average_checkpoints.py on it. The script either succeeds with the output the
+undamaged run gives, or ends with one `error:` line that names the damaged file, and the run
+directory is unchanged.
 """
 
 import contextlib
 import hashlib
 import io
 import itertools
+import math
 import os
 import runpy
 import shutil
@@ -23,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from minimt.checkpoint import load_checkpoint
+from minimt.checkpoint import load_checkpoint, tensors_in
 from minimt.train.loop import train
 from tests.helpers import (
     REPO,
@@ -62,6 +65,17 @@ DAMAGES = st.one_of(
         st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1),
     ),
     st.sampled_from([("swap",), ("delete",), ("folder",)]),
+)
+CHECKPOINTS = [name for name in RUN_FILES if name.endswith(".pt")]
+POISONS = st.tuples(
+    st.just("poison"),
+    st.sampled_from(["model", "optimizer"]),
+    st.floats(0, 1, exclude_max=True),  # which tensor
+    st.floats(0, 1, exclude_max=True),  # which of its values
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+)
+DAMAGED_FILES = st.one_of(
+    st.tuples(st.sampled_from(RUN_FILES), DAMAGES), st.tuples(st.sampled_from(CHECKPOINTS), POISONS)
 )
 GERMAN, ENGLISH = "Ein Hund rennt.\nZwei Männer spielen.\n", "A dog runs.\nTwo men play.\n"
 
@@ -105,9 +119,23 @@ def damage(run: Path, other: Path, name: str, how: tuple) -> None:
         shutil.copy(other / name.replace("step_20", "step_10"), path)
     elif how[0] == "delete":
         path.unlink()
+    elif how[0] == "poison":
+        poison(path, *how[1:])
     else:
         path.unlink()
         path.mkdir()
+
+
+def poison(path: Path, part: str, which: float, where: float, value: float) -> None:
+    """Save the checkpoint at `path` again with one value of one of its `part`'s floating-point
+    tensors (the `which` fraction along their list, the `where` fraction into it) set to
+    `value`: a well-formed file with non-finite weights, as a diverged run would leave. best.pt
+    holds no optimizer state: its weights are poisoned instead."""
+    checkpoint = torch.load(path, weights_only=True)
+    tensors = [t for _, t in tensors_in(checkpoint.get(part, checkpoint["model"]), "")]
+    tensor = tensors[int(which * len(tensors))]
+    tensor.view(-1)[int(where * tensor.numel())] = value
+    torch.save(checkpoint, path)
 
 
 def snapshot(run: Path) -> dict[Path, bytes | None]:
@@ -154,10 +182,11 @@ def undamaged(runs, inputs, tmp_path_factory) -> dict[tuple[str, str | None], st
 
 
 @fuzz_settings(examples=30)
-@given(name=st.sampled_from(RUN_FILES), how=DAMAGES, command=st.sampled_from(list(COMMANDS)))
+@given(damaged=DAMAGED_FILES, command=st.sampled_from(list(COMMANDS)))
 def test_a_damaged_run_gives_the_right_output_or_one_line_naming_the_file(
-    runs, inputs, undamaged, tmp_path_factory, name, how, command
+    runs, inputs, undamaged, tmp_path_factory, damaged, command
 ):
+    name, how = damaged
     work = tmp_path_factory.mktemp("damaged")
     run, out = Path(shutil.copytree(runs[0], work / "run")), work / "out.txt"
     damage(run, runs[1], name, how)

@@ -167,3 +167,48 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
     for path in saved:
         assert f"resumed from {path}" in again.stdout
     assert again.stdout.count(f"training stopped at step {last + 1}") >= 1
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_a_sweep_of_submitit_jobs_lets_every_run_save_and_resumes(
+    multi30k_dir, tmp_path
+):
+    """hydra/launcher=submitit_local (the local stand-in for SLURM): a Ctrl-C to the process
+    group reaches each run once its handlers are set, never submitit's controller processes,
+    which would signal their run a second time (stopping it at once), print a traceback and
+    kill it a second later."""
+    sweep = tmp_path / "sweep"
+    python, script, *overrides = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000")
+    command = [python, script, "-m", *overrides, "views=false", "data.max_val_pairs=10"]
+    command += ["hydra/launcher=submitit_local", "trainer.seed=1,2", f"hydra.sweep.dir={sweep}"]
+    command.append("hydra.sweep.subdir=seed${trainer.seed}")
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
+    launcher = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    runs = [sweep / f"seed{seed}" / "checkpoints" for seed in (1, 2)]
+    wait_for(lambda: all(step_checkpoints(run) for run in runs), launcher)
+    processes = job_processes(launcher.pid)
+    os.killpg(launcher.pid, signal.SIGINT)
+    log, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0 and "Traceback" not in log, log[-3000:]
+    assert "sweep stopped (SIGINT)" in log and "run the same command again to resume it" in log
+    assert not [pid for pid in processes if os.path.exists(f"/proc/{pid}")]
+    run_logs = "".join(path.read_text() for path in sweep.glob(".submitit/*/*_log.out"))
+    assert run_logs.count("stopped at step") == 2 and "Traceback" not in run_logs, run_logs
+    saved = [step_checkpoints(run)[-1] for run in runs]
+
+    last = max(int(path.stem.removeprefix("step_")) for path in saved)
+    rerun = [o for o in command if o != "trainer.max_steps=100000"]
+    again = subprocess.run(
+        [*rerun, f"trainer.max_steps={last + 1}"], capture_output=True, text=True, env=env
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    run_logs = "".join(path.read_text() for path in sweep.glob(".submitit/*/*_log.out"))
+    for path in saved:
+        assert f"resumed from {path}" in run_logs

@@ -15,10 +15,12 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from multiprocessing import resource_tracker
 from pathlib import Path
 from types import FrameType
 
 _stopped: list[signal.Signals] = []  # the stop signals this process received, first first
+_remembering = False  # remember_stops was called: this process is a sweep's worker
 # Set by a sweep's launcher that was stopped, for the worker processes it starts after that
 SWEEP_STOPPED = "MINIMT_SWEEP_STOPPED"
 
@@ -37,10 +39,16 @@ def _record(signum: int) -> None:
 
 def remember_stops() -> None:
     """From now on, for the life of this process, a stop signal outside the handlers below is
-    only remembered (`stopped`): a sweep's worker between two runs lives on and starts no more."""
+    only remembered (`stopped`): a sweep's worker between two runs lives on and starts no more,
+    and a run stopped while it set up stops at its first step (`StopRequest`). A sweep's worker
+    starts with the stop signals blocked (`forward_stops`): one sent to it before this call is
+    delivered now."""
+    global _remembering
     if threading.current_thread() is threading.main_thread():
+        _remembering = True
         for signum in STOP_SIGNALS:
             signal.signal(signum, lambda signum, frame: _record(signum))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 @contextmanager
@@ -48,23 +56,46 @@ def forward_stops() -> Iterator[None]:
     """While entered (a sweep's launcher process): a stop signal is remembered and sent on as
     SIGTERM to every process this one started that runs a job (not Python's resource trackers),
     so that each run saves its checkpoint and returns; this process lives on to wait for them.
-    SIGTERM, not SIGINT: a Ctrl-C to the process group already gave the runs one SIGINT, and a
-    second SIGINT would stop a run at once, mid-save."""
 
-    def forward(signum: int, frame: FrameType | None) -> None:
+    The stop signals stay blocked in this process, and so in every process it starts (a blocked
+    signal waits, and the mask is inherited): a worker gets a Ctrl-C to the process group, or the
+    SIGTERM sent on, only once its run has set its handlers (`remember_stops`), never while it
+    is still importing or unpickling its job, where the signal would kill it. A thread of this
+    process takes them (sigwait). SIGTERM, not SIGINT: a Ctrl-C to the process group already gave
+    the runs one SIGINT, and a second SIGINT would stop a run at once, mid-save."""
+    done = threading.Event()
+
+    def forward(signum: int) -> None:
         _record(signum)
         os.environ[SWEEP_STOPPED] = signal.Signals(signum).name  # for workers not started yet
         for pid in job_processes(os.getpid()):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
-    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+    def take_signals() -> None:
+        while not done.is_set():
+            info = signal.sigtimedwait(STOP_SIGNALS, 0.2)
+            if info is not None:
+                forward(info.si_signo)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # Python's resource tracker, started on the first process a sweep spawns, unblocks the stop
+    # signals after starting (whatever the mask was): start it before they are blocked.
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    taker = threading.Thread(target=take_signals, name="minimt-stop-signals", daemon=True)
+    taker.start()
     try:
         yield
     finally:
+        done.set()
+        taker.join()
+        while (info := signal.sigtimedwait(STOP_SIGNALS, 0)) is not None:
+            _record(info.si_signo)  # came as the sweep ended: its runs are done
         os.environ.pop(SWEEP_STOPPED, None)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def job_processes(parent: int) -> list[int]:
@@ -117,6 +148,8 @@ class StopRequest:
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        if _remembering and stopped() is not None:  # a sweep's run stopped while it set up
+            self.signal = stopped().name
         return self
 
     def __exit__(self, *exc_info: object) -> None:
