@@ -5,12 +5,16 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import yaml
+from omegaconf import OmegaConf
+from sacrebleu.metrics import BLEU
 
 import minimt.data.tokenizer
 from minimt.config import ConfigError, validate_config
 from minimt.data import splits as run_splits
 from minimt.data.corpus import DataError, read_parallel
 from minimt.data.length_split import (
+    POOLED_LONG,
     TRAIN,
     UNUSED,
     source_word_counts,
@@ -18,6 +22,8 @@ from minimt.data.length_split import (
     subsample,
 )
 from minimt.data.splits import load_held_out, load_text_splits, prepare_data
+from minimt.metrics import corpus_scores
+from minimt.train.loop import train
 from tests.helpers import REPO, compose_config
 
 TOY = REPO / "tests" / "data" / "toy"  # 400 training pairs of 5-8 source words
@@ -197,3 +203,20 @@ def trained_pairs(run) -> list[tuple[str, str]]:
 def test_bad_length_split_values_are_config_errors_naming_the_key(override):
     with pytest.raises(ConfigError, match=override.split("=")[0]):
         validate_config(compose_config(override))
+
+
+def test_a_run_scores_its_long_test_sets_pooled_as_one_corpus(tmp_path):
+    cfg = split_config(tmp_path)
+    for override in ("trainer.max_steps=2", "decoding.test_beam=1", "views=false"):
+        key, value = override.split("=")
+        OmegaConf.update(cfg, key, yaml.safe_load(value))
+    metrics = train(cfg, tmp_path / "run")
+    pooled = metrics["test"][POOLED_LONG]
+    names = ["long_7-7", "long_8+"]
+    assert pooled["pooled"] == names
+    run = tmp_path / "run"
+    hyps = [h for name in names for h in (run / f"hyps.{name}.txt").read_text().splitlines()]
+    refs = [r for name in names for r in load_held_out(cfg.data, [name])[name][1]]
+    assert len(hyps) == len(refs) == 233 // 2
+    assert pooled["bleu"] == corpus_scores(hyps, refs).bleu
+    assert pooled["bleu"] == BLEU().corpus_score(hyps, [refs]).score  # sacreBLEU's, of the union

@@ -3,6 +3,7 @@ experiment config, precision and kind of device it trained with."""
 
 import pytest
 
+from minimt.data.length_split import POOLED_LONG
 from minimt.study.questions import FIRST, PLAN, QUESTIONS, Contrast, Interaction
 from minimt.study.runs import DECLARED, Protocol, protocol_of
 from tests.helpers import REPO
@@ -62,7 +63,9 @@ def test_the_plan_spends_at_most_the_family_wise_alpha_of_each_question_over_its
     spent: dict[str, float] = {}
     for family in PLAN:
         spent[family.question] = spent.get(family.question, 0.0) + family.alpha
-    assert spent == pytest.approx({"Q1": 0.025, "Q2": 0.05, "Q2x": 0.05, "Q6": 0.05, "Q7": 0.05})
+    assert spent == pytest.approx(
+        {"Q1": 0.025, "Q2": 0.05, "Q2x": 0.05, "Q6": 0.05, "Q7": 0.05, "Q8": 0.05}
+    )
     # Q1's second look has nothing left that new seeds can settle: its 0.025 stays unspent.
 
 
@@ -86,8 +89,22 @@ def test_q7_tests_learned_against_sinusoidal_on_fresh_seeds_9_to_20_only():
     (test,) = q7.tests
     assert (test.system, test.reference) == ("sinusoid_rms_learned", "full_sinusoidal")
     assert test.seeds == tuple(range(9, 21)) and q7.look == 1
-    earlier = {s for f in PLAN if f is not q7 for t in f.tests for s in (t.seeds or ())}
+    before = PLAN[: PLAN.index(q7)]
+    earlier = {s for f in before for t in f.tests for s in (t.seeds or ())}
     assert earlier == set(range(1, 9)) and not earlier & set(test.seeds)
+
+
+def test_q8_tests_each_encoding_against_sinusoidal_on_the_pooled_long_sets_and_fresh_seeds():
+    (q8,) = [family for family in PLAN if family.question == "Q8"]
+    assert [(t.system, t.reference) for t in q8.tests] == [
+        ("length_rms_learned", "length_sinusoidal"),
+        ("length_rope", "length_sinusoidal"),
+        ("length_alibi", "length_sinusoidal"),
+    ]
+    assert all(t.test_set == POOLED_LONG and t.seeds == tuple(range(21, 33)) for t in q8.tests)
+    assert q8.looks == (4, 8, 12) and q8.alpha == 0.05
+    earlier = {s for f in PLAN if f is not q8 for t in f.tests for s in (t.seeds or ())}
+    assert not earlier & set(range(21, 33))
 
 
 def test_the_interaction_is_tested_on_new_seeds_only():

@@ -4,7 +4,8 @@ After Varis & Bojar (2021), "Sequence length is a domain". With data.train_max_w
 trains only on pairs whose source has at most N words. With data.long_tests_over=N (by default
 the same N), a fixed half of the training pairs over N words, chosen by a permutation with a
 constant seed, is held out and scored as test sets by source-length bucket (long_16-20,
-long_21-25, long_26+ for N=15 and data.long_bucket_edges=[21, 26]). The other half is left
+long_21-25, long_26+ for N=15 and data.long_bucket_edges=[21, 26]), and all of them as one set,
+pooled_long. The other half is left
 unused by the length split; the random control (data.train_subsample) may draw from it, and both
 runs see exactly the same long test sets.
 """
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 # Constant, never trainer.seed: every run holds out the same long pairs.
 HELD_OUT_SEED = 2021
 LONG_PREFIX = "long_"
+# The long test sets scored as one (metrics.json "test"): hypotheses and references of every
+# long_* set concatenated. Not a long_* name: it is no bucket.
+POOLED_LONG = "pooled_long"
 # A line's role: trained on, left unused, or (k >= 1) a pair of the k-th long test set.
 TRAIN, UNUSED = 0, -1
 # data.train_subsample=length_split: as many pairs as the length split at long_tests_over keeps.

@@ -186,14 +186,16 @@ def answer_questions(
 def test_sets_of(
     test: Contrast | Interaction, sides: dict[str, list[Run]], headline: str, planned: bool
 ) -> tuple[list[str], list[str]]:
-    """The test sets `test` is tested on (each long_* set every run has, for long buckets; else
-    the headline) and, beside the headline, the other sets every run of its seeds was scored on
-    (secondary: reported, never tested)."""
+    """The test sets `test` is tested on (each long_* set every run has, for long buckets; the
+    plan's test set where it names one; else the headline) and, beside it, the other sets every
+    run of its seeds was scored on (secondary: reported, never tested)."""
     seeds = set(test.seeds or ())
     runs = [run for side in sides.values() for run in side if not seeds or run.seed in seeds]
     sets = shared_test_sets(runs) if runs and all(sides.values()) else []
     if test.long_buckets:
         return [name for name in sets if name.startswith(LONG_PREFIX)], []
+    if isinstance(test, Contrast) and test.test_set is not None:  # its plan's endpoint
+        return [test.test_set], [name for name in sets if name != test.test_set]
     tested = [headline] if headline in sets or planned else []
     return tested, [name for name in sets if name != headline and not name.startswith(LONG_PREFIX)]
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minimt.data.length_split import POOLED_LONG
+
 ENCODINGS_IN_RANGE = ("learned", "rope", "alibi", "none")
 SPLIT_WORDS = 15  # the length split trains on sources of at most this many words
 
 
 @dataclass(frozen=True)
 class Contrast:
-    """Arm `system` against arm `reference` (configs/arm), seed-paired, on the headline test set
-    or (long_buckets) on each long_* test set both have; on `seeds` where the plan fixes them."""
+    """Arm `system` against arm `reference` (configs/arm), seed-paired, on the headline test set,
+    on `test_set` where the plan names one, or (long_buckets) on each long_* test set both have;
+    on `seeds` where the plan fixes them."""
 
     system: str
     reference: str
     long_buckets: bool = False
     seeds: tuple[int, ...] | None = None
+    test_set: str | None = None
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -56,6 +60,9 @@ class Family:
     look: int = 1
     alpha: float | None = None
     exploratory: str = ""  # why its verdicts are exploratory whatever the protocol's plan
+    # A group-sequential plan (minimt.study.sequential): the seeds in at each look, counted from
+    # the first of each test's seeds; () for one look once every planned seed is in.
+    looks: tuple[int, ...] = ()
 
     @property
     def planned(self) -> bool:
@@ -89,6 +96,8 @@ TITLES = {
     OTHER_ARMS: "How does each arm that no declared question covers compare with the reference?",
     "Q7": "Are learned positions at the sinusoid's RMS (std 0.7071) equal to sinusoidal, on "
     "fresh seeds (Vaswani et al. 2017, Table 3, row E)?",
+    "Q8": f"Does sinusoidal extrapolate to sentences longer than it trained on (<= {SPLIT_WORDS} "
+    "words) better than learned, rope or alibi (Vaswani et al. 2017, section 3.5)?",
 }
 LENGTH_SPLIT = against(
     "length_sinusoidal", *(f"length_{pe}" for pe in ENCODINGS_IN_RANGE), long_buckets=True
@@ -119,6 +128,8 @@ def planned(seeds: tuple[int, ...] | None, *contrasts: str) -> tuple[Contrast, .
 # 0.05. Seeds per test come from the protocol's pooled seed spread (paired-difference sd 0.92 BLEU
 # at seeds 1-3), for 80% power at the observed difference.
 PLAN_PROTOCOL = "study_cpu"
+Q8_SEEDS, Q8_LOOKS = tuple(range(21, 33)), (4, 8, 12)  # fresh: no study_cpu run used 21-32
+Q8_ARMS = ("length_rms_learned", "length_rope", "length_alibi")
 FIRST, NEW, Q6_SEEDS = (1, 2, 3), (4, 5, 6, 7, 8), (1, 2, 3, 4, 5)
 Q7_SEEDS = tuple(range(9, 21))  # fresh: seeds 1-8 never enter Q7
 Q6_ARMS = ("fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal")
@@ -184,6 +195,19 @@ PLAN = (
         tests=planned(Q7_SEEDS, "sinusoid_rms_learned vs full_sinusoidal"),
         look=1,
         alpha=0.05,
+    ),
+    # The sixth round (docs/study.md "Q8"): each encoding against sinusoidal, trained on the
+    # length split, on BLEU of all held-out sentences over 15 words pooled (test_2016_flickr and
+    # the long buckets reported beside it, not tested); group-sequential, three looks, O'Brien-
+    # Fleming spending, Holm in graphical form over the family at each look, per claim type.
+    Family(
+        question="Q8",
+        tests=tuple(
+            Contrast(arm, "length_sinusoidal", seeds=Q8_SEEDS, test_set=POOLED_LONG)
+            for arm in Q8_ARMS
+        ),
+        alpha=0.05,
+        looks=Q8_LOOKS,
     ),
 )
 # experiment=study's families and margin were written after its first 48 runs (seeds 1-3) had been

@@ -23,6 +23,7 @@ from minimt.checkpoint import (
     save_json,
 )
 from minimt.data.corpus import Pairs
+from minimt.data.length_split import LONG_PREFIX, POOLED_LONG
 from minimt.data.splits import RunData
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
@@ -192,7 +193,8 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
     beam, length_penalty = run.cfg.decoding.test_beam, run.cfg.decoding.length_penalty
     suffix = {"test": "", "test_average": ".average"}[key]
     settings = {"beam": beam, "length_penalty": length_penalty, "checkpoint": path.stem}
-    tests = {}
+    tests: dict[str, dict] = {}
+    all_hyps: dict[str, list[str]] = {}
     for i, (name, pairs) in enumerate(run.data.splits.tests.items()):
         scores, hyps = score(run.translator, pairs, beam, length_penalty)
         write_text(run.run_dir / f"hyps.{name}{suffix}.txt", "".join(h + "\n" for h in hyps))
@@ -208,4 +210,18 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
         )
         split = key if i == 0 else f"{key}/{name}"
         log_scalars(run.writer, split, {"bleu": scores.bleu, "chrf": scores.chrf}, step)
+        all_hyps[name] = hyps
+    long_sets = [name for name in tests if name.startswith(LONG_PREFIX)]
+    if long_sets:
+        pooled = pool(run.data.splits.tests, all_hyps, long_sets)
+        tests[POOLED_LONG] = pooled.as_dict() | settings | {"pooled": long_sets}
+        log.info("%s%s (%s): BLEU %.2f", POOLED_LONG, suffix, " + ".join(long_sets), pooled.bleu)
+        log_scalars(run.writer, f"{key}/{POOLED_LONG}", {"bleu": pooled.bleu}, step)
     return tests
+
+
+def pool(tests: dict[str, Pairs], hyps: dict[str, list[str]], names: list[str]) -> CorpusScores:
+    """Corpus scores of the test sets `names` taken as one set: their hypotheses and references
+    concatenated (sacreBLEU's corpus BLEU of the union, not a mean of the sets' BLEU)."""
+    pooled_hyps = [hyp for name in names for hyp in hyps[name]]
+    return corpus_scores(pooled_hyps, [ref for name in names for ref in tests[name][1]])
