@@ -34,6 +34,7 @@ def saved_config(arm: str, seed: int) -> dict:
     pe = arm.split("_")[-1] if arm != "share_none" else "sinusoidal"
     words = {
         "full": {},
+        "fairseq": {},
         "share": {},
         "length": {"train_max_words": 15, "long_tests_over": 15},
         "control": {"long_tests_over": 15, "train_subsample": 900},
@@ -58,7 +59,12 @@ def write_run(run_dir, arm: str, seed: int, protocol: dict = TOY, bleu: float | 
     (run_dir / ".hydra").mkdir()
     val_history = [{"step": s, "loss": 5.0 - s / 100, "bleu": s / 10 + seed} for s in (100, 200)]
     bleu = TEST_BLEU[arm][seed] if bleu is None else bleu
-    scores = {"bleu": bleu, "chrf": TEST_CHRF[seed], "beam": 5, "signature": "nrefs:1|tok:13a"}
+    scores = {
+        "bleu": bleu,
+        "chrf": TEST_CHRF.get(seed, 50.0),
+        "beam": 5,
+        "signature": "nrefs:1|tok:13a",
+    }
     metrics = {
         "config": saved_config(arm, seed),
         "choices": {"experiment": protocol["experiment"], "arm": arm},
@@ -374,3 +380,19 @@ def test_a_protocol_planned_after_its_data_has_exploratory_verdicts(tmp_path):
     assert "Holm over 2 at 0.05; exploratory (plan written after the data))" in q1
     assert "**Exploratory**: experiment=study, bf16 on one NVIDIA H100" in text
     assert "unadjusted 95% CI" in text and "one chain per claim type" in text
+
+
+def test_an_arm_no_question_covers_is_compared_on_all_its_paired_seeds_naming_the_unpaired(
+    tmp_path,
+):
+    study = {"experiment": "study", "precision": "bf16", "device": "cuda"}
+    bleu = {"full_sinusoidal": [30.0, 32.0, 31.0, 30.5], "fairseq_learned": [29, 31, 30, 29, 30]}
+    for arm, scores in bleu.items():
+        for seed, score in enumerate(scores, start=1):
+            write_run(tmp_path / "sweep" / arm / f"seed{seed}", arm, seed, study, score)
+    report = build_report(tmp_path / "sweep", None)
+    (other,) = [a for a in report.answers if a.family.question == "Other arms"]
+    (comparison,) = other.tested
+    assert comparison.seeds == [1, 2, 3, 4]  # not only the seeds the study's questions saw (1-3)
+    assert comparison.unpaired == {"fairseq_learned": [5]}
+    assert "unpaired, left out: fairseq_learned (5)" in build_markdown(report)

@@ -9,13 +9,16 @@ import pytest
 from scipy import stats
 
 from minimt.study.significance import (
+    NO_SPREAD,
     NONZERO,
     Rules,
     detectable_difference,
     family_verdicts,
+    noncentral_t_sf,
     paired_difference,
     pooled_sd,
     power_of_difference,
+    power_of_equivalence,
     seeds_for_difference,
     seeds_for_equivalence,
     tost_p_value,
@@ -156,11 +159,50 @@ def test_seeds_needed_are_the_fewest_with_the_power():
     assert seeds_for_difference(1.0, 0.0, 0.05, 0.8) is None
     assert seeds_for_difference(1.0, 0.01, 0.05, 0.8) is None  # more than MAX_SEEDS
     m = seeds_for_equivalence(1.0, 0.0, 1.0, 0.05, 0.8)
-    reach = [
-        (stats.t.ppf(0.95, k - 1) + stats.t.ppf(0.8, k - 1)) / math.sqrt(k) for k in (m - 1, m)
-    ]
-    assert reach[1] <= 1.0 < reach[0]
+    assert power_of_equivalence(0.0, 1.0, m, 0.05, 1.0) >= 0.8
+    assert power_of_equivalence(0.0, 1.0, m - 1, 0.05, 1.0) < 0.8
     assert seeds_for_equivalence(1.0, 1.2, 1.0, 0.05, 0.8) is None  # outside the margin
+
+
+def test_seeds_for_equivalence_come_from_the_exact_tost_power_not_the_t_quantile_formula():
+    # near 0 the formula (t_{1-a} + t_{power}) sd / sqrt(n) <= margin is optimistic: 8 and 13
+    assert seeds_for_equivalence(0.94, 0.0, 1.0, 0.05, 0.8) == 10
+    assert seeds_for_equivalence(0.94, 0.0, 1.0, 0.05 / 6, 0.8) == 15
+    assert power_of_equivalence(0.0, 0.94, 8, 0.05, 1.0) == pytest.approx(0.71, abs=0.005)
+    assert power_of_equivalence(-0.41, 0.94, 12, 0.05, 1.0) == pytest.approx(0.652, abs=0.001)
+
+
+def test_the_exact_tost_power_matches_a_simulation():
+    rng = np.random.default_rng(5)
+    draws, n, sd, true, margin = 200_000, 6, 0.9, 0.3, 1.0
+    d = rng.normal(true, sd, (draws, n))
+    se = d.std(axis=1, ddof=1) / math.sqrt(n)
+    critical = stats.t.ppf(0.95, n - 1)
+    shown = ((d.mean(axis=1) + margin) / se > critical) & (
+        (margin - d.mean(axis=1)) / se > critical
+    )
+    exact = power_of_equivalence(true, sd, n, 0.05, margin)
+    assert shown.mean() == pytest.approx(exact, abs=3 * math.sqrt(exact * (1 - exact) / draws))
+
+
+def test_the_upper_tail_where_scipy_fails_is_integrated_not_guessed():
+    assert noncentral_t_sf(8.86, 2, 11.0) == pytest.approx(0.78, abs=0.005)
+    for critical, dof, nc in ((2.0, 4, 1.5), (4.3, 2, 3.0), (1.7, 11, 2.5)):
+        assert noncentral_t_sf(critical, dof, nc) == pytest.approx(stats.nct.sf(critical, dof, nc))
+
+
+def test_no_spread_is_no_test():
+    verdict = judged([0.5, 0.5, 0.5])
+    assert verdict.verdict == "inconclusive" and verdict.reason == NO_SPREAD
+    assert verdict.seeds_for_difference is None and verdict.seeds_for_equivalence is None
+    assert NO_SPREAD == "no spread: no test"
+
+
+def test_two_seeds_give_no_verdict_word():
+    verdict = judged([0.10, 0.05])  # TOST p 0.009: an equivalence from one degree of freedom
+    assert verdict.holm_tost_p < 0.05
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reason == "2 seeds: a verdict needs 3 or more"
 
 
 def test_inconclusive_rows_say_how_many_seeds_a_verdict_needs():

@@ -4,7 +4,7 @@ reference."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from minimt.data.length_split import LONG_PREFIX
 from minimt.study.questions import (
@@ -43,6 +43,12 @@ class Comparison:
     runs: list[Run]  # the paired runs of every arm
     verdict: Verdict | None = None  # set with its family's, once it is tested
     secondary: bool = False  # on a test set beside the headline: reported, never tested
+    unpaired: dict[str, list[int]] = field(default_factory=dict)  # an arm's seeds the others lack
+
+    def describe_unpaired(self) -> str:
+        """'unpaired, left out: a (4-5)', or "" when every run has its pair."""
+        left_out = [f"{arm} ({seed_list(seeds)})" for arm, seeds in self.unpaired.items()]
+        return f"unpaired, left out: {', '.join(left_out)}" if left_out else ""
 
     @property
     def machines(self) -> dict[str, dict[str, list[int]]]:
@@ -159,7 +165,8 @@ def answer_questions(
         for family in families + other_arms(families, arms, reference):
             alpha = min(rules.alpha, family.alpha or rules.alpha)
             answer = Answer(protocol, family, [], [], alpha)
-            seen = () if family.planned else WRITTEN_AFTER_THE_DATA.get(protocol.name, ())
+            # the families written after a protocol's first seeds were analysed stay on them
+            seen = WRITTEN_AFTER_THE_DATA.get(protocol.name, ()) if family in QUESTIONS else ()
             for test in family.tests:
                 sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
                 sides = {
@@ -241,4 +248,13 @@ def compare(
     runs = [by_seed[arm][s] for s in seeds for arm in test.arms]
     difference = paired_difference(*sides_bleu) if seeds else None
     ends = (Configuration(protocol, arm) for arm in test.arms[:2])
-    return Comparison(test, *ends, test_set, seeds, difference, runs, secondary=secondary)
+    unpaired = (
+        {}
+        if test.seeds
+        else {
+            arm: sorted(set(runs) - common) for arm, runs in by_seed.items() if set(runs) - common
+        }
+    )
+    return Comparison(
+        test, *ends, test_set, seeds, difference, runs, secondary=secondary, unpaired=unpaired
+    )

@@ -193,6 +193,8 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
             seeds = f"{len(r['paired_seeds'].split())} ({r['paired_seeds'] or '-'})"
             if c.mixes_machines:
                 seeds += f"; {c.describe_machines()}"
+            if c.unpaired:
+                seeds += f"; {c.describe_unpaired()}"
             ci = "-" if r["ci95_low"] is None else f"[{r['ci95_low']:+.2f}, {r['ci95_high']:+.2f}]"
             needed = [r["seeds_for_difference"], r["seeds_for_equivalence"]]
             needed = " / ".join("-" if k is None else str(k) for k in needed)

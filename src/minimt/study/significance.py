@@ -1,6 +1,6 @@
 """Seed-paired statistics and the verdicts built on them: Student t intervals and tests, Holm's
 correction, equivalence (two one-sided tests against a margin), the exact power of the paired
-t-test (noncentral t)."""
+t-test (noncentral t) and of the paired TOST (integrated over the sample sd's distribution)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scipy import optimize, stats
+from scipy import integrate, optimize, stats
 
 MAX_SEEDS = 200  # seeds needed beyond this are reported as "more than MAX_SEEDS"
 NONZERO = "with a small non-zero difference"  # the reason of an equivalence also shown non-zero
 NOT_AFTER_HOLM = "unadjusted CI excludes 0; not significant after Holm"
+NO_SPREAD = "no spread: no test"  # every seed gave the same difference: a t-test has nothing
+MIN_SEEDS = 3  # a verdict word needs this many seeds: an sd from 1 degree of freedom is no evidence
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -109,11 +111,40 @@ def power_of_difference(difference: float, sd: float, seeds: int, alpha: float) 
     critical = float(stats.t.ppf(1 - alpha / 2, dof))
     upper = float(stats.nct.sf(critical, dof, noncentrality))
     lower = float(stats.nct.cdf(-critical, dof, noncentrality))
-    # Far in the tails scipy's noncentral t can return nan: there the rejection on the side of
-    # the difference is certain and the one on the other side is negligible.
-    if not math.isfinite(upper):
-        upper = 1.0 if noncentrality > critical else 0.0
+    if not math.isfinite(upper):  # far in the tail scipy's noncentral t can return nan
+        upper = noncentral_t_sf(critical, dof, noncentrality)
+    # the lower tail where scipy fails is beyond 1e-12: the side against the difference
     return min(1.0, upper + (lower if math.isfinite(lower) else 0.0))
+
+
+def noncentral_t_sf(critical: float, dof: int, noncentrality: float) -> float:
+    """P(T > critical) for T noncentral t, T = (Z + noncentrality) / sqrt(V / dof), Z standard
+    normal and V chi-square(dof): the normal tail integrated over V."""
+
+    def given(v: float) -> float:
+        return float(stats.norm.sf(critical * math.sqrt(v / dof) - noncentrality))
+
+    return float(integrate.quad(lambda v: given(v) * stats.chi2.pdf(v, dof), 0, math.inf)[0])
+
+
+def power_of_equivalence(
+    difference: float, sd: float, seeds: int, alpha: float, margin: float
+) -> float:
+    """Exact power of the paired TOST (each one-sided test at `alpha`) from `seeds` pairs of
+    spread `sd` when the true mean difference is `difference`: for a sample sd s the test passes
+    when the mean lies within margin - t_{1-alpha, n-1} s / sqrt(n) of 0, a normal probability;
+    integrated over s, (n - 1) s^2 / sd^2 being chi-square with n - 1 degrees of freedom."""
+    dof, se = seeds - 1, sd / math.sqrt(seeds)
+    critical = float(stats.t.ppf(1 - alpha, dof))
+
+    def given(v: float) -> float:
+        room = margin - critical * se * math.sqrt(v / dof)
+        return float(
+            stats.norm.cdf((room - difference) / se) - stats.norm.cdf((-room - difference) / se)
+        )
+
+    widest = dof * (margin / (critical * se)) ** 2  # beyond it the room is gone
+    return float(integrate.quad(lambda v: given(v) * stats.chi2.pdf(v, dof), 0, widest)[0])
 
 
 def detectable_difference(sd: float, seeds: int, alpha: float, power: float) -> float:
@@ -138,16 +169,11 @@ def seeds_for_difference(sd: float, difference: float, alpha: float, power: floa
 def seeds_for_equivalence(
     sd: float, difference: float, margin: float, alpha: float, power: float
 ) -> int | None:
-    """The fewest seeds that show equivalence at a true `difference` (None on or outside the
-    margin, or above MAX_SEEDS): (t_{1-alpha, n-1} + t_{power, n-1}) sd / sqrt(n) <= room."""
-    room = margin - abs(difference)
-
-    def reach(n: int) -> float:  # how far inside the margin the difference must lie
-        return float(
-            (stats.t.ppf(1 - alpha, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n)
-        )
-
-    return fewest_seeds(lambda n: reach(n) <= room) if room > 0 else None
+    """The fewest seeds that show equivalence with `power` at a true `difference`, by the exact
+    TOST power (None on or outside the margin, or above MAX_SEEDS)."""
+    if abs(difference) >= margin:
+        return None
+    return fewest_seeds(lambda n: power_of_equivalence(difference, sd, n, alpha, margin) >= power)
 
 
 def fewest_seeds(enough: Callable[[int], bool]) -> int | None:
@@ -180,14 +206,15 @@ def verdict_of(
 ) -> Verdict:
     if holm_p is None or sd is None:
         return Verdict("inconclusive", None, None, None, None, None, "one seed: no interval")
-    if sd == 0:
-        detectable, for_difference, for_equivalence = 0.0, 2, 2
-    else:
-        detectable = detectable_difference(sd, d.seeds, level, rules.power)
-        for_difference = seeds_for_difference(sd, d.mean, level, rules.power)
-        for_equivalence = seeds_for_equivalence(sd, d.mean, rules.margin, level, rules.power)
+    if d.sd == 0 or sd == 0:
+        return Verdict("inconclusive", holm_p, holm_tost_p, None, None, None, NO_SPREAD)
+    detectable = detectable_difference(sd, d.seeds, level, rules.power)
+    for_difference = seeds_for_difference(sd, d.mean, level, rules.power)
+    for_equivalence = seeds_for_equivalence(sd, d.mean, rules.margin, level, rules.power)
     differs, equivalent = holm_p < rules.alpha, holm_tost_p < rules.alpha
-    if equivalent:
+    if d.seeds < MIN_SEEDS and (differs or equivalent):
+        name, reason = "inconclusive", f"{d.seeds} seeds: a verdict needs {MIN_SEEDS} or more"
+    elif equivalent:
         name, reason = "equivalent", NONZERO if differs else ""
     elif differs:
         name, reason = "better" if d.mean > 0 else "worse", ""
