@@ -396,3 +396,35 @@ def test_an_arm_no_question_covers_is_compared_on_all_its_paired_seeds_naming_th
     assert comparison.seeds == [1, 2, 3, 4]  # not only the seeds the study's questions saw (1-3)
     assert comparison.unpaired == {"fairseq_learned": [5]}
     assert "unpaired, left out: fairseq_learned (5)" in build_markdown(report)
+
+
+def test_a_group_sequential_family_stops_arms_at_their_look_and_gives_the_next_command(tmp_path):
+    """Q8 of experiment=study_cpu at 8 seeds (looks at 4, 8, 12): rope far ahead stops at look
+    2, learned level with sinusoidal but noisy continues, and the next look runs
+    seeds 29-32 of the reference and the arms still open."""
+    protocol = {"experiment": "study_cpu", "precision": "fp32", "device": "cpu"}
+    noise = [0.3, -0.4, 0.1, 0.5, -0.2, 0.4, -0.5, 0.2]
+    shift = {"length_sinusoidal": 0.0, "length_rms_learned": 0.0, "length_rope": 3.0}
+    shift["length_alibi"] = 0.4
+    for arm, delta in shift.items():
+        for k, seed in enumerate(range(21, 29)):
+            run = tmp_path / "sweep" / arm / f"seed{seed}"
+            spread = {"length_sinusoidal": 0.0, "length_rms_learned": 3.0}.get(arm, 1.0)
+            bleu = 25.0 + delta + spread * noise[(k + len(arm)) % 8]
+            write_run(run, arm, seed, protocol, bleu)
+            metrics = json.loads((run / "metrics.json").read_text())
+            metrics["test"]["pooled_long"] = metrics["test"]["test"]
+            (run / "metrics.json").write_text(json.dumps(metrics))
+    report = build_report(tmp_path / "sweep", None)
+    (q8,) = [a for a in report.answers if a.family.question == "Q8"]
+    assert q8.looks_analysed == 2
+    verdicts = {c.test.system: c.verdict for c in q8.tested}
+    assert verdicts["length_rope"].verdict == "better"
+    assert verdicts["length_rope"].reason.startswith("stopped at look 2")
+    assert "difference at 0.0167 (t boundary 4.65)" in verdicts["length_rope"].reason
+    assert verdicts["length_rms_learned"].verdict == "continue"
+    command = q8.next_look_command()
+    assert "'trainer.seed=range(29,33)'" in command and "sweep=length_split" in command
+    assert "arm=length_sinusoidal,length_rms_learned" in command and "length_rope" not in command
+    text = build_markdown(report)
+    assert "Looks analysed: 2 of 3." in text and command in text

@@ -19,6 +19,7 @@ from minimt.study.questions import (
     against,
 )
 from minimt.study.runs import Configuration, Protocol, Run, shared_test_sets
+from minimt.study.sequential import DIFFERENCE, EQUIVALENCE, decide
 from minimt.study.significance import (
     PairedDifference,
     Rules,
@@ -80,6 +81,7 @@ class Answer:
     comparisons: list[Comparison]
     not_run: list[Contrast | Interaction]  # no runs of an arm, or no common seed
     alpha: float  # the report's, or the plan's share of it
+    looks_analysed: int = 0  # a group-sequential family's looks with all their seeds in
 
     @property
     def exploratory(self) -> str:
@@ -94,6 +96,23 @@ class Answer:
         """The comparisons its verdicts are about: on the headline test set (or, for long
         buckets, on each long_* set), not the secondary sets reported beside them."""
         return [c for c in self.comparisons if not c.secondary]
+
+    def next_look_command(self) -> str | None:
+        """The command that runs a group-sequential family's next look: the seeds it adds, for
+        the reference and every arm still undecided; None when no look is left."""
+        looks, open_ = self.family.looks, [c for c in self.tested if not decided(c)]
+        if not looks or self.looks_analysed >= len(looks) or (self.looks_analysed and not open_):
+            return None
+        seeds = self.family.tests[0].seeds
+        first, last = (
+            seeds[looks[self.looks_analysed - 1] if self.looks_analysed else 0],
+            seeds[looks[self.looks_analysed] - 1],
+        )
+        arms = [self.family.tests[0].reference] + [c.test.system for c in open_]
+        return (
+            f"python scripts/train.py -m {self.family.runs_with} "
+            f"'trainer.seed=range({first},{last + 1})' arm={','.join(arms)}"
+        )
 
     @property
     def complete(self) -> bool:
@@ -180,7 +199,9 @@ def answer_questions(
                 ]
                 answer.comparisons += [c for c in found if c]
                 answer.not_run += [] if any(found) else [test]
-            if answer.complete:
+            if family.looks:
+                answer.looks_analysed = sequential_verdicts(answer, rules)
+            elif answer.complete:
                 verdicts = family_verdicts(
                     [c.difference for c in answer.tested], replace(rules, alpha=alpha)
                 )
@@ -188,6 +209,56 @@ def answer_questions(
                     comparison.verdict = verdict
             answers.append(answer)
     return answers
+
+
+def sequential_verdicts(answer: Answer, rules: Rules) -> int:
+    """Judge a group-sequential family at each look whose seeds are in (minimt.study.sequential);
+    return how many looks were analysed. A comparison decided at a look gets its verdict there
+    (both claims tested), one still open gets "continue", or "inconclusive" after the last."""
+    family = answer.family
+    differences = [per_seed_differences(c) for c in answer.tested]
+    analysed, decisions = decide(differences, family.looks, family.alpha, rules.margin)
+    for c, d, seeds in zip(answer.tested, decisions, differences, strict=True):
+        if not analysed:
+            continue
+        levels = "; ".join(
+            f"{claim} at {d.levels[claim]:.4f} (t boundary {d.boundaries[claim]:.2f})"
+            for claim in d.levels
+        )
+        if DIFFERENCE in d.shown:
+            name = "better" if sum(seeds) > 0 else "worse"
+            both = (
+                "; different, by less than 1 BLEU: equivalence shown too"
+                if EQUIVALENCE in d.shown
+                else ""
+            )
+            reason = f"stopped at look {d.look}{both}"
+        elif EQUIVALENCE in d.shown:
+            name, reason = "equivalent", f"stopped at look {d.look}"
+        elif analysed == len(family.looks):
+            name, reason = "inconclusive", f"neither claim shown by look {analysed}, the last"
+        else:
+            name, reason = "continue", f"neither claim shown at look {analysed}"
+        c.verdict = Verdict(name, None, None, None, None, None, f"{reason}; {levels}")
+    return analysed
+
+
+def per_seed_differences(c: Comparison) -> list[float]:
+    """System minus reference BLEU on the comparison's test set, seed by seed in its plan's
+    order, up to the first planned seed not yet run."""
+    by_seed = {}
+    for run in c.runs:
+        by_seed.setdefault(run.seed, {})[run.configuration.name] = run.scores(c.test_set)["bleu"]
+    found = []
+    for seed in c.test.seeds:
+        if seed not in by_seed or len(by_seed[seed]) < 2:
+            break
+        found.append(by_seed[seed][c.test.system] - by_seed[seed][c.test.reference])
+    return found
+
+
+def decided(c: Comparison) -> bool:
+    return c.verdict is not None and c.verdict.verdict in ("better", "worse", "equivalent")
 
 
 def test_sets_of(

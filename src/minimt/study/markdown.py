@@ -88,10 +88,15 @@ def answer(a: Answer, margin: float) -> str:
     phrases = {"better": "Better than its reference", "worse": "Worse than its reference"}
     equivalent = f"Equivalent (±{margin:g} BLEU) to its reference"
     phrases |= {"equivalent": equivalent, "inconclusive": "Not settled"}
+    phrases["continue"] = "Undecided, to the next look"
     for verdict, phrase in phrases.items():
         found = [c for c in a.comparisons if c.verdict and c.verdict.verdict == verdict]
         parts += [f"{phrase}: {cite(found)}."] if found else []
-    if not a.complete:
+    if a.family.looks:
+        parts.append(f"Looks analysed: {a.looks_analysed} of {len(a.family.looks)}.")
+        if command := a.next_look_command():
+            parts.append(f"Next look's runs: `{command}`.")
+    elif not a.complete:
         parts.append(f"Waiting for planned seeds, as estimates: {cite(a.tested)}.")
     if secondary := [c for c in a.comparisons if c.secondary]:
         parts.append(f"On the secondary test sets, not tested: {cite(secondary)}.")
@@ -114,6 +119,12 @@ def caps(runs: Sequence[Run]) -> str:
 
 
 def family_size(a: Answer, unit: str = "") -> str:
+    if a.family.looks:
+        looks = ", ".join(map(str, a.family.looks))
+        return (
+            f"group-sequential, looks at {looks} seeds, O'Brien-Fleming spending, Holm in "
+            f"graphical form over {len(a.family.tests)}{unit} at {a.family.alpha:g} per claim type"
+        )
     if not a.size:
         return "no comparison with 2 seeds yet, so no test"
     share = " (as planned)" if a.alpha == a.family.alpha else ""

@@ -63,6 +63,7 @@ class Family:
     # A group-sequential plan (minimt.study.sequential): the seeds in at each look, counted from
     # the first of each test's seeds; () for one look once every planned seed is in.
     looks: tuple[int, ...] = ()
+    runs_with: str = ""  # a group-sequential family's train.py overrides, beside seeds and arms
 
     @property
     def planned(self) -> bool:
@@ -208,6 +209,8 @@ PLAN = (
         ),
         alpha=0.05,
         looks=Q8_LOOKS,
+        runs_with="sweep=length_split experiment=study_cpu views=false hydra/launcher=parallel "
+        "trainer.num_threads=1",
     ),
 )
 # experiment=study's families and margin were written after its first 48 runs (seeds 1-3) had been

@@ -19,6 +19,7 @@ Boundaries come in two scales:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -222,3 +223,86 @@ def simulate_plan(
         | {"false_" + claim: float(false[claim]) for claim in false}
         | {"expected_runs": float(runs.mean())}
     )
+
+
+CLAIMS = (DIFFERENCE, EQUIVALENCE)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One comparison of a group-sequential family after the looks analysed so far."""
+
+    shown: tuple[str, ...]  # the claims shown (DIFFERENCE, EQUIVALENCE); () while undecided
+    look: int | None  # the look (1-based) that decided it; None while undecided
+    levels: dict[str, float]  # each claim's level at the last look it was tested
+    boundaries: dict[str, float]  # the t boundary of that level at that look
+
+
+def decide(
+    differences: Sequence[Sequence[float]], looks: tuple[int, ...], alpha: float, margin: float
+) -> tuple[int, list[Decision]]:
+    """(looks analysed, each comparison's decision) from each comparison's per-seed differences
+    in its plan's seed order. A look is analysed once every comparison still running has its
+    seeds; a comparison stops at the look that shows either claim (both are tested there)."""
+    m = len(differences)
+    rejected = {claim: np.zeros((1, m), bool) for claim in CLAIMS}
+    running = np.ones((1, m), bool)
+    decided: list[int | None] = [None] * m
+    levels: list[dict[str, float]] = [{} for _ in range(m)]
+    bounds: list[dict[str, float]] = [{} for _ in range(m)]
+    analysed = 0
+    for k, n in enumerate(looks):
+        if any(running[0, i] and len(differences[i]) < n for i in range(m)):
+            break
+        statistics = {claim: np.full((1, m), -np.inf) for claim in CLAIMS}
+        for i in np.flatnonzero(running[0]):
+            found = claim_statistics(np.asarray(differences[i][:n], float)[None, :], margin)
+            for claim in CLAIMS:
+                statistics[claim][0, i] = found[claim][0]
+        tested = running.copy()
+        for claim in CLAIMS:
+            rejected[claim] = graphical_holm_look(
+                statistics[claim], tested, rejected[claim], claim, alpha, looks, k
+            )
+            for i in np.flatnonzero(tested[0]):
+                level = level_used(
+                    statistics[claim][0, i], rejected[claim][0], i, claim, alpha, looks, k
+                )
+                levels[i][claim], bounds[i][claim] = level, boundary(claim, level, looks, k)
+        newly = tested[0] & (rejected[DIFFERENCE][0] | rejected[EQUIVALENCE][0])
+        for i in np.flatnonzero(newly):
+            decided[i] = k + 1
+        running[0] &= ~newly
+        analysed = k + 1
+        if not running.any():
+            break
+    decisions = [
+        Decision(
+            tuple(claim for claim in CLAIMS if rejected[claim][0, i]),
+            decided[i],
+            levels[i],
+            bounds[i],
+        )
+        for i in range(m)
+    ]
+    return analysed, decisions
+
+
+def level_used(
+    statistic: float,
+    rejected: np.ndarray,
+    i: int,
+    claim: str,
+    alpha: float,
+    looks: tuple[int, ...],
+    look: int,
+) -> float:
+    """The level hypothesis i was tested at, at `look`: the one it holds once the others'
+    rejections are passed on (open), or the smallest level up to that whose boundary its
+    statistic reached (rejected there)."""
+    m = len(rejected)
+    held = alpha / max(m - int(rejected.sum()) + int(rejected[i]), 1)
+    if not rejected[i]:
+        return held
+    levels = [alpha / r for r in range(m, 0, -1) if alpha / r <= held]
+    return next(a for a in levels if statistic >= boundary(claim, a, looks, look))
