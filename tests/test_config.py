@@ -179,3 +179,36 @@ def test_checking_a_config_leaves_the_random_streams_alone():
     before = torch.get_rng_state()
     validate_config(compose_config("pe=learned"))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+# What a change of the default recipe may touch: each study protocol and the smoke runs (the
+# golden test's) pin these, so that their records stay comparable whatever the defaults become.
+RECIPE_KEYS = [
+    "model.dropout",
+    "model.attention_dropout",
+    "model.d_ff",
+    "model.n_encoder_layers",
+    "model.n_decoder_layers",
+    "model.norm_first",
+    "trainer.label_smoothing",
+    "trainer.weight_decay",
+    "trainer.betas",
+    "trainer.clip_grad_norm",
+    "trainer.lr",
+    "trainer.warmup_steps",
+    "trainer.batch_tokens",
+    "trainer.accumulate",
+    "trainer.average_last",
+    "decoding.test_beam",
+    "decoding.length_penalty",
+]
+
+
+@pytest.mark.parametrize("experiment", ["study", "study_cpu", "smoke"])
+def test_each_protocol_pins_every_key_of_the_recipe(experiment):
+    pinned = OmegaConf.load(REPO / "configs" / "experiment" / f"{experiment}.yaml")
+    unpinned = [key for key in RECIPE_KEYS if OmegaConf.select(pinned, key, default="-") == "-"]
+    assert unpinned == []
+    composed = compose_config(f"experiment={experiment}")
+    for key in RECIPE_KEYS:
+        assert OmegaConf.select(composed, key) == OmegaConf.select(pinned, key), key
