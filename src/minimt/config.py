@@ -54,7 +54,7 @@ Rule = Callable[[object], str | None]
 
 
 def one_of(choices: Collection[str]) -> Rule:
-    """A value in `choices` as they are at check time (encodings may be registered after import)."""
+    """A value in `choices`."""
     return lambda v: None if v in list(choices) else f"must be one of {', '.join(choices)}"
 
 

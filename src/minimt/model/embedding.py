@@ -23,8 +23,8 @@ class Seq2SeqEmbedding(nn.Module):
     """Source and target embeddings: lookup -> x sqrt(d_model) -> + positions -> dropout.
 
     pos_encoding serves both sides unless src_pos_encoding / tgt_pos_encoding override it; each
-    is a built-in name (positions.BUILT_IN_ENCODINGS: sinusoidal, learned, ...), an import path
-    or an EncodingChoice (a name with options). Sides with equal choices share one module,
+    is a built-in name (encoding_choice.BUILT_IN_ENCODINGS: sinusoidal, learned, ...), an import
+    path or an EncodingChoice (a name with options). Sides with equal choices share one module,
     `positions`, else get `positions["src"]` and `positions["tgt"]`. With share_embeddings the
     target table is the source table itself.
     """

@@ -184,6 +184,3 @@ class AlibiBias(PositionalEncoding):
         # -inf, not a large finite number: exact under any dtype cast, and no row is fully masked
         # (a causal query sees its own key).
         return bias.masked_fill(distance < 0, -math.inf) if causal else bias
-
-
-# The built-in encodings' names: each stands for its class's import path, found as any class is.
