@@ -213,10 +213,10 @@ def simulate_plan(
             )
         running &= ~(rejected[DIFFERENCE] | rejected[EQUIVALENCE])
         previous = n
-    effects_ = np.asarray(effects)
+    true = np.asarray(effects)
     false = {
-        DIFFERENCE: (rejected[DIFFERENCE] & (effects_ == 0)).any(axis=1).mean(),
-        EQUIVALENCE: (rejected[EQUIVALENCE] & (np.abs(effects_) >= margin)).any(axis=1).mean(),
+        DIFFERENCE: (rejected[DIFFERENCE] & (true == 0)).any(axis=1).mean(),
+        EQUIVALENCE: (rejected[EQUIVALENCE] & (np.abs(true) >= margin)).any(axis=1).mean(),
     }
     return (
         {"shown_" + claim: rejected[claim].mean(axis=0) for claim in rejected}
