@@ -152,3 +152,21 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
 def causal_mask(n: int) -> torch.Tensor:
     """(n, n) bool, True on and below the diagonal: query i may attend to keys 0..i."""
     return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def sweep_env() -> dict[str, str]:
+    """The environment of a sweep started by a test: one thread per run, no allocator re-exec."""
+    return os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
+
+
+def start_sweep(command: list[str]) -> subprocess.Popen:
+    """Start a sweep's launcher in a session of its own (a signal to its group reaches only the
+    sweep), its output and errors in one text stream."""
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=sweep_env(),
+        start_new_session=True,
+    )

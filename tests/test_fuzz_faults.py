@@ -35,7 +35,7 @@ from minimt.checkpoint import loads, step_checkpoints
 from minimt.data.multi30k import MULTI30K_SHA256
 from minimt.train.loop import train
 from minimt.translator import Translator
-from tests.helpers import REPO, compose_config, fuzz_settings, tiny_run_overrides
+from tests.helpers import REPO, compose_config, fuzz_settings, start_sweep, tiny_run_overrides
 from tests.test_report import write_run
 
 SCRIPTS = ("translate", "evaluate", "average_checkpoints", "report", "collect_runs")
@@ -428,15 +428,7 @@ def test_a_parallel_sweep_stopped_at_any_line_it_prints_leaves_nothing_running(
     command += ["trainer.max_steps=100000", "data.max_val_pairs=10", "trainer.num_threads=1"]
     command += [f"hydra/launcher={launcher}", "trainer.seed=1,2,3", f"hydra.sweep.dir={sweep}"]
     command.append("hydra.sweep.subdir=seed${trainer.seed}")
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
-    launcher = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    launcher = start_sweep(command)
     output: list[str] = []
     reader = read_lines(launcher, output)
     wait_for_lines(output, line)

@@ -13,7 +13,7 @@ import torch
 
 from minimt.checkpoint import load_checkpoint, step_checkpoints
 from minimt.signals import StopRequest, job_processes
-from tests.helpers import REPO, tiny_run_overrides
+from tests.helpers import REPO, start_sweep, sweep_env, tiny_run_overrides
 
 
 def test_first_signal_is_a_request_and_a_second_ctrl_c_interrupts():
@@ -124,15 +124,7 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
         f"hydra.sweep.dir={sweep}",
         "hydra.sweep.subdir=seed${trainer.seed}",
     ]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
-    launcher = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    launcher = start_sweep(command)
     runs = [sweep / f"seed{seed}" / "checkpoints" for seed in (1, 2)]
     wait_for(lambda: all(step_checkpoints(run) for run in runs), launcher)
     workers = job_processes(launcher.pid)
@@ -160,7 +152,7 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
         [*rerun, f"trainer.max_steps={last + 1}"],
         capture_output=True,
         text=True,
-        env=env,
+        env=sweep_env(),
         timeout=300,
     )
     assert again.returncode == 0, again.stdout[-3000:]
@@ -182,15 +174,7 @@ def test_a_ctrl_c_to_a_sweep_of_submitit_jobs_lets_every_run_save_and_resumes(
     command = [python, script, "-m", *overrides, "views=false", "data.max_val_pairs=10"]
     command += ["hydra/launcher=submitit_local", "trainer.seed=1,2", f"hydra.sweep.dir={sweep}"]
     command.append("hydra.sweep.subdir=seed${trainer.seed}")
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
-    launcher = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    launcher = start_sweep(command)
     runs = [sweep / f"seed{seed}" / "checkpoints" for seed in (1, 2)]
     wait_for(lambda: all(step_checkpoints(run) for run in runs), launcher)
     processes = job_processes(launcher.pid)
@@ -206,7 +190,7 @@ def test_a_ctrl_c_to_a_sweep_of_submitit_jobs_lets_every_run_save_and_resumes(
     last = max(int(path.stem.removeprefix("step_")) for path in saved)
     rerun = [o for o in command if o != "trainer.max_steps=100000"]
     again = subprocess.run(
-        [*rerun, f"trainer.max_steps={last + 1}"], capture_output=True, text=True, env=env
+        [*rerun, f"trainer.max_steps={last + 1}"], capture_output=True, text=True, env=sweep_env()
     )
     assert again.returncode == 0, again.stdout[-3000:]
     run_logs = "".join(path.read_text() for path in sweep.glob(".submitit/*/*_log.out"))
