@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from omegaconf import DictConfig
 
 from minimt.data.batching import Batch, flat, flat_batch
+from minimt.model.positions import as_factory
 from minimt.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,23 +109,23 @@ def tiny_run_overrides(multi30k_dir, data_dir, *extra: str) -> list[str]:
 
 def model_arguments(**overrides) -> dict:
     """Transformer keyword arguments beside the sizes, as the default config sets them but untied
-    source and target tables; `pos_encoding` sets both sides' encoding."""
+    source and target tables; `positions` sets both sides' encoding, and a side's encoding may be
+    a built-in name."""
+    both = overrides.pop("positions", "sinusoidal")
     args = dict(
         dropout=0.1,
         attention_dropout=0.0,
         pad_id=0,
         norm_first=True,
         tie_output=True,
-        src_pos_encoding="sinusoidal",
-        tgt_pos_encoding="sinusoidal",
+        src_positions=both,
+        tgt_positions=both,
         scale_embedding=True,
         share_embeddings=False,
         init_std=None,
     )
-    both = overrides.pop("pos_encoding", None)
-    if both is not None:
-        args |= {"src_pos_encoding": both, "tgt_pos_encoding": both}
-    return args | overrides
+    args |= overrides
+    return args | {side: as_factory(args[side]) for side in ("src_positions", "tgt_positions")}
 
 
 def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> Transformer:

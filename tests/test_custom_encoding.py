@@ -11,8 +11,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from minimt.config import ConfigError, build_model, validate_config
-from minimt.model.encoding_choice import BUILT_IN_ENCODINGS, EncodingChoice
-from minimt.model.positions import PositionalEncoding
+from minimt.encoding_choice import EncodingChoice
+from minimt.model.positions import BUILT_IN_ENCODINGS, PositionalEncoding
 from minimt.study.views import study_hooks
 from minimt.train.loop import train
 from tests.helpers import compose_config, tiny_run_overrides, tiny_transformer
@@ -37,7 +37,7 @@ def chosen(path: str, *extra: str) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("path", sorted(KINDS))
 def test_the_model_asks_the_encoding_what_it_does(path):
-    model = tiny_transformer(50, pos_encoding=path)
+    model = tiny_transformer(50, positions=EncodingChoice.of(path))
     encoding = model.embedding.src_positions
     assert f"{type(encoding).__module__}.{type(encoding).__name__}" == path
     assert (model.encoder_layers[0].self_attn.rotary is encoding) == (KINDS[path] == "rotate")
@@ -161,7 +161,7 @@ ALL_ENCODINGS = sorted(BUILT_IN_ENCODINGS) + sorted(KINDS)
 def test_every_encoding_makes_its_tensors_on_the_device_of_its_inputs(name):
     """Built on the CPU, moved to the meta device, called with meta inputs: a tensor made
     without the device it was given (or its input's) would be a CPU tensor, and fail here."""
-    encoding = EncodingChoice(name).build(16, 8, 2).to("meta")
+    encoding = EncodingChoice.of(name)(16, 8, 2).to("meta")
     assert isinstance(encoding, PositionalEncoding)
     x = torch.empty(2, 5, 8, device="meta")
     assert encoding.add(x, 3).device.type == "meta"

@@ -171,11 +171,11 @@ def test_overfit_model_reproduces_reversed_sources(use_cache):
 
 # Every positional encoding, and one side's differing from the other's.
 ENCODINGS = [
-    *(dict(pos_encoding=name) for name in ["sinusoidal", "learned", "none", "rope", "alibi"]),
-    dict(src_pos_encoding="none"),
-    dict(tgt_pos_encoding="none"),
-    dict(src_pos_encoding="rope", tgt_pos_encoding="alibi"),
-    dict(src_pos_encoding="alibi", tgt_pos_encoding="learned"),
+    *(dict(positions=name) for name in ["sinusoidal", "learned", "none", "rope", "alibi"]),
+    dict(src_positions="none"),
+    dict(tgt_positions="none"),
+    dict(src_positions="rope", tgt_positions="alibi"),
+    dict(src_positions="alibi", tgt_positions="learned"),
 ]
 
 

@@ -16,6 +16,9 @@ from minimt.model.positions import (
 def make_embedding(**overrides) -> Seq2SeqEmbedding:
     torch.manual_seed(0)
     args = dict(src_vocab_size=30, tgt_vocab_size=40, d_model=16, max_seq_len=32, dropout=0.0)
+    both = overrides.pop("positions", None)
+    if both is not None:
+        args |= {"src_positions": both, "tgt_positions": both}
     return Seq2SeqEmbedding(**(args | overrides)).eval()
 
 
@@ -78,7 +81,7 @@ def test_scale_off_adds_pe_to_plain_lookup():
 
 
 def test_learned_positions_are_added_after_scaling():
-    embedding = make_embedding(pos_encoding="learned")
+    embedding = make_embedding(positions="learned")
     ids = random_ids(30, (2, 5))
     scaled_lookup = embedding.src_tokens.weight[ids] * 4.0
     positions = embedding.encode_source(ids) - scaled_lookup  # (B, S, d_model)
@@ -113,7 +116,7 @@ def test_parameter_counts_and_state_dict():
     sinusoidal = make_embedding()
     assert sum(p.numel() for p in sinusoidal.parameters()) == tables
     assert set(sinusoidal.state_dict()) == {"src_tokens.weight", "tgt_tokens.weight"}
-    learned = make_embedding(pos_encoding="learned")
+    learned = make_embedding(positions="learned")
     assert sum(p.numel() for p in learned.parameters()) == tables + 32 * 16
 
 
@@ -124,9 +127,9 @@ def test_sinusoidal_checkpoint_loads_with_another_max_seq_len():
     assert long.encode_source(random_ids(30, (1, 40))).shape == (1, 40, 16)
 
 
-@pytest.mark.parametrize("pos_encoding", ["none", "rope", "alibi"])
-def test_no_table_added_output_is_the_scaled_lookup(pos_encoding):
-    embedding = make_embedding(pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["none", "rope", "alibi"])
+def test_no_table_added_output_is_the_scaled_lookup(positions):
+    embedding = make_embedding(positions=positions)
     ids = random_ids(30, (3, 9))
     assert torch.equal(embedding.encode_source(ids), embedding.src_tokens.weight[ids] * 4.0)
     tgt = random_ids(40, (3, 5))
@@ -137,9 +140,9 @@ def test_no_table_added_output_is_the_scaled_lookup(pos_encoding):
     assert sum(p.numel() for p in embedding.parameters()) == 30 * 16 + 40 * 16
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope", "alibi"])
-def test_too_long_sequence_is_a_readable_error(pos_encoding):
-    embedding = make_embedding(max_seq_len=10, pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none", "rope", "alibi"])
+def test_too_long_sequence_is_a_readable_error(positions):
+    embedding = make_embedding(max_seq_len=10, positions=positions)
     with pytest.raises(ValueError, match=r"13 positions.*max_seq_len=10"):
         embedding.encode_source(random_ids(30, (1, 13)))
     with pytest.raises(ValueError, match=r"13 positions.*max_seq_len=10"):
@@ -147,9 +150,9 @@ def test_too_long_sequence_is_a_readable_error(pos_encoding):
     assert embedding.encode_target(random_ids(40, (1, 4)), offset=6).shape == (1, 4, 16)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "none", "rope", "alibi"])
-def test_offset_embeds_a_token_at_its_true_position(pos_encoding):
-    embedding = make_embedding(pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none", "rope", "alibi"])
+def test_offset_embeds_a_token_at_its_true_position(positions):
+    embedding = make_embedding(positions=positions)
     ids = random_ids(40, (2, 7))
     full = embedding.encode_target(ids)
     for t in range(7):
@@ -178,7 +181,7 @@ def test_untied_tables_are_distinct():
 
 def test_unknown_pos_encoding_names_the_choices():
     with pytest.raises(ValueError, match=r"'rotary' is neither a built-in encoding \(sinusoidal"):
-        make_embedding(pos_encoding="rotary")
+        make_embedding(positions="rotary")
 
 
 def test_scaled_output_has_unit_scale():
@@ -312,7 +315,7 @@ def test_alibi_has_nothing_in_the_state_dict():
 
 
 def test_each_side_gets_its_own_encoding():
-    embedding = make_embedding(src_pos_encoding="learned", tgt_pos_encoding="sinusoidal")
+    embedding = make_embedding(src_positions="learned", tgt_positions="sinusoidal")
     ids = random_ids(30, (2, 6))
     scaled = embedding.src_tokens.weight[ids] * 4.0
     learned = embedding.positions["src"].table.weight[:6]
@@ -330,7 +333,7 @@ def test_each_side_gets_its_own_encoding():
 
 
 def test_target_side_without_positions_ignores_the_offset():
-    embedding = make_embedding(tgt_pos_encoding="none")  # source sinusoidal
+    embedding = make_embedding(tgt_positions="none")  # source sinusoidal
     tgt = random_ids(40, (2, 5))
     lookup = embedding.tgt_tokens.weight[tgt] * 4.0
     for offset in (0, 1, 7, 27):
@@ -340,7 +343,7 @@ def test_target_side_without_positions_ignores_the_offset():
 
 
 def test_one_encoding_keeps_one_module_and_today_s_state_dict_keys():
-    embedding = make_embedding(pos_encoding="learned", src_pos_encoding="learned")
+    embedding = make_embedding(positions="learned", src_positions="learned")
     assert embedding.src_positions is embedding.tgt_positions is embedding.positions
     assert set(embedding.state_dict()) == {
         "src_tokens.weight",
@@ -355,7 +358,7 @@ def test_one_encoding_keeps_one_module_and_today_s_state_dict_keys():
 
 def test_unknown_side_encoding_names_the_choices():
     with pytest.raises(ValueError, match=r"'rotary' is neither a built-in encoding"):
-        make_embedding(tgt_pos_encoding="rotary")
+        make_embedding(tgt_positions="rotary")
 
 
 @pytest.mark.parametrize(("init_std", "expected"), [(None, 64**-0.5), (1.0, 1.0), (0.3, 0.3)])
@@ -377,7 +380,7 @@ def test_init_std_must_be_positive():
 
 
 def test_input_magnitudes_are_the_rms_of_scaled_tokens_and_of_the_added_positions():
-    embedding = make_embedding(pos_encoding="sinusoidal", share_embeddings=False)
+    embedding = make_embedding(positions="sinusoidal", share_embeddings=False)
     n = 20
     got = embedding.input_magnitudes(n)
     position_rms = sinusoidal_table(n, 16).pow(2).mean().sqrt().item()
@@ -393,7 +396,7 @@ def test_input_magnitudes_are_the_rms_of_scaled_tokens_and_of_the_added_position
     assert long["token_rms"] == pytest.approx(1.0, rel=0.2)
 
 
-@pytest.mark.parametrize("pos_encoding", ["none", "rope", "alibi"])
-def test_input_magnitudes_without_an_added_table_have_no_ratio(pos_encoding):
-    got = make_embedding(pos_encoding=pos_encoding).input_magnitudes(10)["tgt"]
+@pytest.mark.parametrize("positions", ["none", "rope", "alibi"])
+def test_input_magnitudes_without_an_added_table_have_no_ratio(positions):
+    got = make_embedding(positions=positions).input_magnitudes(10)["tgt"]
     assert got["position_rms"] == 0.0 and got["ratio"] is None

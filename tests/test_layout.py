@@ -31,6 +31,17 @@ def test_the_model_imports_only_the_model_and_training_never_the_study():
     assert not any(m.startswith(("minimt.train", "minimt.study")) for m in minimt_imports("data"))
 
 
+def test_the_model_takes_positions_built_elsewhere_and_never_imports_a_class_by_name():
+    modules = set()
+    for path in (PACKAGE / "model").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                modules.add(node.module or "")
+    assert not modules & {"importlib", "inspect", "typing"}
+
+
 def test_the_training_core_takes_its_signals_from_the_module_it_shares_with_the_scripts():
     assert "minimt.cli" not in minimt_imports("train")
     assert "minimt.signals" in minimt_imports("train")

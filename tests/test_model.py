@@ -52,15 +52,15 @@ def assert_tied(model: Transformer) -> None:
 CONFIGS = [
     dict(),
     dict(norm_first=False),
-    dict(pos_encoding="learned"),
-    dict(pos_encoding="none"),
-    dict(pos_encoding="rope"),
-    dict(pos_encoding="alibi"),
-    dict(pos_encoding="alibi", norm_first=False),
-    dict(src_pos_encoding="none"),
-    dict(tgt_pos_encoding="none"),
-    dict(src_pos_encoding="rope", tgt_pos_encoding="alibi"),
-    dict(src_pos_encoding="alibi", tgt_pos_encoding="learned"),
+    dict(positions="learned"),
+    dict(positions="none"),
+    dict(positions="rope"),
+    dict(positions="alibi"),
+    dict(positions="alibi", norm_first=False),
+    dict(src_positions="none"),
+    dict(tgt_positions="none"),
+    dict(src_positions="rope", tgt_positions="alibi"),
+    dict(src_positions="alibi", tgt_positions="learned"),
     dict(scale_embedding=False, share_embeddings=False),
     dict(share_embeddings=False, tie_output=False, init_std=1.0),
 ]
@@ -124,16 +124,16 @@ def test_tying_survives_to():
     assert model(src, tgt_in).dtype == torch.float64
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "none", "alibi"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "rope", "none", "alibi"])
 @pytest.mark.parametrize("assign", [False, True])
-def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign, pos_encoding):
-    model = make_model(pos_encoding=pos_encoding)
+def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign, positions):
+    model = make_model(positions=positions)
     batch = padded_batch()
     with torch.no_grad():
         loss_before = loss_of(model, *batch)
     torch.save(model.state_dict(), tmp_path / "model.pt")
 
-    fresh = make_model(seed=123, pos_encoding=pos_encoding)
+    fresh = make_model(seed=123, positions=positions)
     with torch.no_grad():
         assert not torch.equal(loss_of(fresh, *batch), loss_before)
         fresh.load_state_dict(torch.load(tmp_path / "model.pt"), assign=assign)
@@ -141,16 +141,16 @@ def test_save_and_reload_keeps_tying_and_loss_bit_identical(tmp_path, assign, po
         assert torch.equal(loss_of(fresh, *batch), loss_before)
 
 
-@pytest.mark.parametrize("pos_encoding", ["rope", "none", "alibi"])
-def test_no_positional_entries_in_state_dict_or_parameters(pos_encoding):
-    model = make_model(pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["rope", "none", "alibi"])
+def test_no_positional_entries_in_state_dict_or_parameters(positions):
+    model = make_model(positions=positions)
     sinusoidal = make_model()
     assert set(model.state_dict()) == set(sinusoidal.state_dict())
     assert model.num_parameters() == sinusoidal.num_parameters()
 
 
 def test_rope_rotates_self_attention_only_with_one_shared_module():
-    model = make_model(pos_encoding="rope")
+    model = make_model(positions="rope")
     rotary = model.encoder_layers[0].self_attn.rotary
     assert rotary is not None and rotary.cos.shape == (MAX_SEQ_LEN, 8 // 2)  # d_k = 16 / 2
     self_attns = [layer.self_attn for layer in [*model.encoder_layers, *model.decoder_layers]]
@@ -160,7 +160,7 @@ def test_rope_rotates_self_attention_only_with_one_shared_module():
 
 
 def test_rope_self_attention_sees_relative_positions_only():
-    attn = make_model(pos_encoding="rope").encoder_layers[0].self_attn
+    attn = make_model(positions="rope").encoder_layers[0].self_attn
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(0))  # (B, L, d_model)
 
     def attend_at(query_offset: int, key_offset: int) -> torch.Tensor:
@@ -173,7 +173,7 @@ def test_rope_self_attention_sees_relative_positions_only():
 
 def test_rope_needs_an_even_head_size():
     with pytest.raises(ValueError, match="d_head=3 is odd"):
-        make_model(pos_encoding="rope", d_model=12, n_heads=4)
+        make_model(positions="rope", d_model=12, n_heads=4)
 
 
 def permuted_encoding(model: Transformer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,27 +184,27 @@ def permuted_encoding(model: Transformer) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_encoder_without_positions_is_permutation_equivariant():
-    permuted_after, permuted_before = permuted_encoding(make_model(pos_encoding="none"))
+    permuted_after, permuted_before = permuted_encoding(make_model(positions="none"))
     assert torch.allclose(permuted_before, permuted_after, atol=1e-5)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "rope", "alibi"])
-def test_encoder_with_positions_is_not_permutation_equivariant(pos_encoding):
-    permuted_after, permuted_before = permuted_encoding(make_model(pos_encoding=pos_encoding))
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "rope", "alibi"])
+def test_encoder_with_positions_is_not_permutation_equivariant(positions):
+    permuted_after, permuted_before = permuted_encoding(make_model(positions=positions))
     assert not torch.allclose(permuted_before, permuted_after, atol=1e-3)
 
 
 def test_positions_on_the_decoder_only_leave_the_encoder_permutation_equivariant():
-    permuted_after, permuted_before = permuted_encoding(make_model(src_pos_encoding="none"))
+    permuted_after, permuted_before = permuted_encoding(make_model(src_positions="none"))
     assert torch.allclose(permuted_before, permuted_after, atol=1e-5)
-    permuted_after, permuted_before = permuted_encoding(make_model(tgt_pos_encoding="none"))
+    permuted_after, permuted_before = permuted_encoding(make_model(tgt_positions="none"))
     assert not torch.allclose(permuted_before, permuted_after, atol=1e-3)
 
 
-@pytest.mark.parametrize(("pos_encoding", "equivariant"), [("alibi", True), ("sinusoidal", False)])
-def test_alibi_encoder_sees_only_distances(pos_encoding, equivariant):
+@pytest.mark.parametrize(("positions", "equivariant"), [("alibi", True), ("sinusoidal", False)])
+def test_alibi_encoder_sees_only_distances(positions, equivariant):
     """|i - j| is unchanged when the sentence is reversed: so are ALiBi's encoder outputs."""
-    model = make_model(pos_encoding=pos_encoding)
+    model = make_model(positions=positions)
     src = random_ids((2, 9))
     reversed_after, reversed_before = model.encode(src).flip(1), model.encode(src.flip(1))
     assert torch.allclose(reversed_before, reversed_after, atol=1e-5) == equivariant
@@ -223,7 +223,7 @@ def captured_masks(model: Transformer, src, tgt_in) -> tuple[list, list]:
 
 
 def test_alibi_masks_are_the_closed_form_plus_padding_and_built_once():
-    model = make_model(pos_encoding="alibi")
+    model = make_model(positions="alibi")
     src, tgt_in, _ = padded_batch()  # src (2, 7), sentence 2 padded after 4 tokens
     encoder, decoder = captured_masks(model, src, tgt_in)
     slopes = alibi_slopes(2).tolist()  # 2 heads: 1/16, 1/256
@@ -249,10 +249,10 @@ def test_no_alibi_no_float_masks():
 
 
 def test_alibi_biases_self_attention_only_with_one_shared_module():
-    model = make_model(pos_encoding="alibi")
+    model = make_model(positions="alibi")
     assert isinstance(model.encoder_bias, AlibiBias) and model.encoder_bias is model.decoder_bias
     assert all(layer.self_attn.rotary is None for layer in model.encoder_layers)
-    one_side = make_model(src_pos_encoding="alibi", tgt_pos_encoding="rope")
+    one_side = make_model(src_positions="alibi", tgt_positions="rope")
     assert isinstance(one_side.encoder_bias, AlibiBias) and one_side.decoder_bias is None
     assert all(layer.self_attn.rotary is None for layer in one_side.encoder_layers)
     assert all(layer.self_attn.rotary is not None for layer in one_side.decoder_layers)
@@ -362,9 +362,9 @@ def test_dropout_makes_train_mode_stochastic():
     assert torch.equal(model(src, tgt_in), model(src, tgt_in))
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "alibi"])
-def test_bf16_autocast_forward_on_padded_batch_is_finite(pos_encoding):
-    model = make_model(pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["sinusoidal", "alibi"])
+def test_bf16_autocast_forward_on_padded_batch_is_finite(positions):
+    model = make_model(positions=positions)
     src, tgt_in, _ = padded_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(src, tgt_in)
@@ -417,9 +417,9 @@ def test_cache_holds_cross_attention_keys_values_computed_once():
         assert layer_cache.self_k.shape == layer_cache.self_v.shape == (2, 2, 6, 8)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi"])
-def test_reordered_cache_continues_the_gathered_rows(pos_encoding):
-    model = make_model(pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["sinusoidal", "rope", "alibi"])
+def test_reordered_cache_continues_the_gathered_rows(positions):
+    model = make_model(positions=positions)
     src, tgt_in, _ = padded_batch()
     cache = model.start_decoding(model.encode(src), src)
     for t in range(3):
@@ -431,9 +431,9 @@ def test_reordered_cache_continues_the_gathered_rows(pos_encoding):
     assert torch.allclose(hidden, full, atol=1e-5)
 
 
-@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi"])
-def test_decode_step_under_bf16_autocast_is_finite_and_close(pos_encoding):
-    model = make_model(pos_encoding=pos_encoding)
+@pytest.mark.parametrize("positions", ["sinusoidal", "rope", "alibi"])
+def test_decode_step_under_bf16_autocast_is_finite_and_close(positions):
+    model = make_model(positions=positions)
     src, tgt_in, _ = padded_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         stepped = decode_step_by_step(model, src, tgt_in)

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.data.tokenizer import TokenizerPair, train_bpe
-from minimt.model.encoding_choice import BUILT_IN_ENCODINGS
+from minimt.model.positions import BUILT_IN_ENCODINGS
 from minimt.model.transformer import padding_mask
 from minimt.study import views
 from minimt.study.views import (
@@ -296,7 +296,7 @@ def test_token_labels_are_readable_single_lines(tokenizers):
 
 @pytest.mark.parametrize("pe", ["sinusoidal", "learned"])
 def test_positional_views_written(writer, tokenizers, pe):
-    model = model_for(tokenizers, pos_encoding=pe)
+    model = model_for(tokenizers, positions=pe)
     log_positional_views(writer, model, step=3, max_positions=40)
 
     images = events(writer).Tags()["images"]
@@ -304,10 +304,10 @@ def test_positional_views_written(writer, tokenizers, pe):
 
 
 def test_positional_table_is_the_added_table(tokenizers):
-    learned = model_for(tokenizers, pos_encoding="learned")
+    learned = model_for(tokenizers, positions="learned")
     assert torch.equal(positional_table(learned), learned.embedding.positions.table.weight)
     zeros = torch.zeros(1, 5, 16)
-    sinusoidal = model_for(tokenizers, pos_encoding="sinusoidal")
+    sinusoidal = model_for(tokenizers, positions="sinusoidal")
     assert torch.equal(
         positional_table(sinusoidal)[:5], sinusoidal.embedding.positions.add(zeros, 0)[0]
     )
@@ -316,9 +316,9 @@ def test_positional_table_is_the_added_table(tokenizers):
 @pytest.mark.parametrize(
     ("sides", "images"),
     [
-        (dict(src_pos_encoding="learned", tgt_pos_encoding="sinusoidal"), {"src", "tgt"}),
-        (dict(tgt_pos_encoding="none"), {"src"}),
-        (dict(src_pos_encoding="alibi", tgt_pos_encoding="learned"), {"tgt"}),
+        (dict(src_positions="learned", tgt_positions="sinusoidal"), {"src", "tgt"}),
+        (dict(tgt_positions="none"), {"src"}),
+        (dict(src_positions="alibi", tgt_positions="learned"), {"tgt"}),
     ],
 )
 def test_sides_with_different_encodings_are_drawn_apart(writer, tokenizers, sides, images):
@@ -337,7 +337,7 @@ def test_sides_with_different_encodings_are_drawn_apart(writer, tokenizers, side
 
 @pytest.mark.parametrize("pe", ["none", "rope", "alibi"])
 def test_no_positional_table_writes_nothing(writer, tokenizers, pe):
-    model = model_for(tokenizers, pos_encoding=pe)
+    model = model_for(tokenizers, positions=pe)
     assert positional_table(model) is None
     log_positional_views(writer, model, step=1)
     log_embedding_norms(writer, model, batch(tokenizers).src, step=1)
@@ -384,7 +384,7 @@ def test_embedding_norms_scale_by_sqrt_d_model(tmp_path, tokenizers):
 
 @pytest.mark.parametrize("pe", ["sinusoidal", "rope"])
 def test_recomputed_cross_attention_is_the_modules(tokenizers, pe):
-    model = model_for(tokenizers, pos_encoding=pe)
+    model = model_for(tokenizers, positions=pe)
     b = batch(tokenizers)
     caught = []
     last = model.decoder_layers[-1].cross_attn

@@ -8,15 +8,15 @@ import inspect
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from minimt.errors import ConfigError
-from minimt.model.encoding_choice import (
-    BUILT_IN_ENCODINGS,
+from minimt.encoding_choice import (
     EncodingChoice,
     EncodingError,
     accepted_options,
     class_path,
+    encoding_class,
 )
-from minimt.model.positions import PositionalEncoding
+from minimt.errors import ConfigError
+from minimt.model.positions import BUILT_IN_ENCODINGS, PositionalEncoding
 
 # The pe section: each side's encoding, each side's own options; its other keys are options of
 # both sides' classes, each given to the sides whose class takes it (one that no side takes is
@@ -45,14 +45,14 @@ def side_choices(pe: DictConfig) -> tuple[list[str], dict[str, EncodingChoice]]:
             problems.append(f"pe.{side}={name!r} must name an encoding: a built-in or module.Class")
             continue
         try:
-            classes[side] = EncodingChoice(name).cls
+            classes[side] = encoding_class(name)
         except EncodingError as error:
             problems.append(f"pe.{side}={name!r}: {error}")
     for side, cls in classes.items():
         takes = accepted_options(cls)
         options = {k: v for k, v in shared.items() if k in takes}
         options |= OmegaConf.to_container(pe.get(SIDES[side]) or OmegaConf.create({}))
-        choices[side] = EncodingChoice.of(pe[side], options)
+        choices[side] = EncodingChoice.of(pe[side], options, cls)
         for key, why in choices[side].option_problems():
             problems.append(f"{option_key(pe, side, key)}={options[key]!r} {why} {allowed(cls)}")
     if len(classes) == len(SIDES):
@@ -68,8 +68,8 @@ def built_in_default(key: str, value: object) -> bool:
     """Whether `value` is a built-in encoding's default for its option `key`: what a pe group
     (configs/pe) sets for its own encoding, left behind when both sides are replaced on the
     command line (`pe.encoder=my.Class pe.decoder=my.Class`), where it changes nothing."""
-    for name in BUILT_IN_ENCODINGS:
-        parameter = inspect.signature(EncodingChoice(name).cls.__init__).parameters.get(key)
+    for cls in BUILT_IN_ENCODINGS.values():
+        parameter = inspect.signature(cls.__init__).parameters.get(key)
         if parameter is not None and parameter.default == value:
             return True
     return False
@@ -109,7 +109,7 @@ def encoding_problems(cfg: DictConfig) -> list[str]:
             continue
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             try:
-                module = choice.build(*sizes)
+                module = choice(*sizes)
             except Exception as error:  # the class's own check of its options, in its words
                 given = (f"{option_key(cfg.pe, named[0], k)}={v!r}" for k, v in choice.options)
                 options = ", ".join(given) or "no options"

@@ -5,8 +5,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from minimt.model.encoding_choice import EncodingChoice
-from minimt.model.positions import PositionalEncoding
+from minimt.model.positions import PositionalEncoding, PositionsFactory, as_factory
 
 
 def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> nn.Embedding:
@@ -22,11 +21,11 @@ def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> 
 class Seq2SeqEmbedding(nn.Module):
     """Source and target embeddings: lookup -> x sqrt(d_model) -> + positions -> dropout.
 
-    pos_encoding serves both sides unless src_pos_encoding / tgt_pos_encoding override it; each
-    is a built-in name (encoding_choice.BUILT_IN_ENCODINGS: sinusoidal, learned, ...), an import
-    path or an EncodingChoice (a name with options). Sides with equal choices share one module,
-    `positions`, else get `positions["src"]` and `positions["tgt"]`. With share_embeddings the
-    target table is the source table itself.
+    src_positions / tgt_positions build each side's encoding: a factory called as
+    factory(max_seq_len, d_model, n_heads) (a PositionalEncoding subclass is one) or a built-in
+    name (positions.BUILT_IN_ENCODINGS: sinusoidal, learned, ...). Sides with equal factories
+    share one module, `positions`, else get `positions["src"]` and `positions["tgt"]`. With
+    share_embeddings the target table is the source table itself.
     """
 
     def __init__(
@@ -38,12 +37,11 @@ class Seq2SeqEmbedding(nn.Module):
         dropout: float = 0.1,
         src_padding_idx: int = 0,
         tgt_padding_idx: int = 0,
-        pos_encoding: str | EncodingChoice = "sinusoidal",
         scale_embedding: bool = True,
         *,
         share_embeddings: bool = False,
-        src_pos_encoding: str | EncodingChoice | None = None,
-        tgt_pos_encoding: str | EncodingChoice | None = None,
+        src_positions: PositionsFactory | str = "sinusoidal",
+        tgt_positions: PositionsFactory | str = "sinusoidal",
         init_std: float | None = None,
         n_heads: int = 1,
     ):
@@ -69,18 +67,15 @@ class Seq2SeqEmbedding(nn.Module):
             self.tgt_tokens = self.src_tokens
         else:
             self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx, std)
-        src, tgt = (
-            as_choice(pos_encoding if side is None else side)
-            for side in (src_pos_encoding, tgt_pos_encoding)
-        )
+        src, tgt = as_factory(src_positions), as_factory(tgt_positions)
         if src == tgt:
             # One module: a learned table is shared, under the key positions.table.weight.
-            self.positions = src.build(max_seq_len, d_model, n_heads)
+            self.positions = src(max_seq_len, d_model, n_heads)
         else:
             self.positions = nn.ModuleDict(
                 {
-                    "src": src.build(max_seq_len, d_model, n_heads),
-                    "tgt": tgt.build(max_seq_len, d_model, n_heads),
+                    "src": src(max_seq_len, d_model, n_heads),
+                    "tgt": tgt(max_seq_len, d_model, n_heads),
                 }
             )
         self.dropout = nn.Dropout(dropout)
@@ -138,8 +133,3 @@ class Seq2SeqEmbedding(nn.Module):
             )
         x = tokens(ids) * self.scale  # (B, L, d_model)
         return self.dropout(positions.add(x, offset))
-
-
-def as_choice(encoding: str | EncodingChoice) -> EncodingChoice:
-    """A name or import path as the choice of its class with default options."""
-    return encoding if isinstance(encoding, EncodingChoice) else EncodingChoice(encoding)

@@ -1,9 +1,11 @@
-"""Positional encodings: the base class a researcher subclasses and the built-in ones
-(model/encoding_choice.py: choosing one per side by name or import path, with its options)."""
+"""Positional encodings: the base class a researcher subclasses, the built-in ones by name, and
+the factory type the model takes (minimt/encoding_choice.py chooses one per side by name or
+import path, with its options, from a config)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -184,3 +186,28 @@ class AlibiBias(PositionalEncoding):
         # -inf, not a large finite number: exact under any dtype cast, and no row is fully masked
         # (a causal query sees its own key).
         return bias.masked_fill(distance < 0, -math.inf) if causal else bias
+
+
+BUILT_IN_ENCODINGS: dict[str, type[PositionalEncoding]] = {
+    "sinusoidal": SinusoidalPositions,
+    "learned": LearnedPositions,
+    "none": NoPositions,
+    "rope": RotaryPositions,
+    "alibi": AlibiBias,
+}
+
+# What the model takes per side: called as factory(max_seq_len, d_model, n_heads) when the model
+# is built, so its random draws happen in the model's order. A PositionalEncoding subclass is one.
+PositionsFactory = Callable[[int, int, int], PositionalEncoding]
+
+
+def as_factory(positions: PositionsFactory | str) -> PositionsFactory:
+    """A factory as it is, a built-in name (BUILT_IN_ENCODINGS) as its class."""
+    if not isinstance(positions, str):
+        return positions
+    if positions not in BUILT_IN_ENCODINGS:
+        raise ValueError(
+            f"{positions!r} is neither a built-in encoding ({', '.join(BUILT_IN_ENCODINGS)}) nor a "
+            "factory of positions: pass a PositionalEncoding subclass for any other encoding"
+        )
+    return BUILT_IN_ENCODINGS[positions]

@@ -11,8 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minimt.model.cache import DecoderCache, LayerCache
 from minimt.model.embedding import Seq2SeqEmbedding
-from minimt.model.encoding_choice import EncodingChoice
-from minimt.model.positions import PositionalEncoding
+from minimt.model.positions import PositionalEncoding, PositionsFactory
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -226,7 +225,9 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     """Encoder-decoder Transformer whose output projection is the target embedding matrix
     (tie_output), or a matrix of its own. No argument has a default: configs/ holds them, and
-    minimt.config.build_model is the one place a config becomes these arguments."""
+    minimt.config.build_model is the one place a config becomes these arguments. src_positions
+    and tgt_positions build each side's positional encoding: factory(max_seq_len, d_model,
+    n_heads), a PositionalEncoding subclass or any callable of that shape."""
 
     def __init__(
         self,
@@ -244,8 +245,8 @@ class Transformer(nn.Module):
         pad_id: int,
         norm_first: bool,
         tie_output: bool,
-        src_pos_encoding: str | EncodingChoice,
-        tgt_pos_encoding: str | EncodingChoice,
+        src_positions: PositionsFactory,
+        tgt_positions: PositionsFactory,
         scale_embedding: bool,
         share_embeddings: bool,
         init_std: float | None,
@@ -262,8 +263,8 @@ class Transformer(nn.Module):
             tgt_padding_idx=pad_id,
             scale_embedding=scale_embedding,
             share_embeddings=share_embeddings,
-            src_pos_encoding=src_pos_encoding,
-            tgt_pos_encoding=tgt_pos_encoding,
+            src_positions=src_positions,
+            tgt_positions=tgt_positions,
             init_std=init_std,
             n_heads=n_heads,
         )

@@ -22,7 +22,8 @@ from torch.utils.tensorboard.summary import hparams
 
 from minimt.config import SHARE_LEVELS, tying_level
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
-from minimt.model.encoding_choice import BUILT_IN_ENCODINGS, EncodingChoice
+from minimt.encoding_choice import EncodingChoice
+from minimt.model.positions import BUILT_IN_ENCODINGS
 from minimt.model.transformer import MultiHeadAttention, Transformer
 from minimt.pe_section import encoding_choices
 from minimt.study.plots import FIGURE_DPI

@@ -1,6 +1,6 @@
 """One side's positional encoding as a config chooses it: a built-in name or the import path
 of a PositionalEncoding subclass, with its options, checked against the class's signature
-before anything is built."""
+before anything is built. The model receives the choice as its factory of positions."""
 
 from __future__ import annotations
 
@@ -9,17 +9,10 @@ import inspect
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from minimt.model.positions import PositionalEncoding
+from minimt.model.positions import BUILT_IN_ENCODINGS, PositionalEncoding
 
-BUILT_IN_ENCODINGS = {
-    "sinusoidal": "minimt.model.positions.SinusoidalPositions",
-    "learned": "minimt.model.positions.LearnedPositions",
-    "none": "minimt.model.positions.NoPositions",
-    "rope": "minimt.model.positions.RotaryPositions",
-    "alibi": "minimt.model.positions.AlibiBias",
-}
 CONSTRUCTOR_ARGUMENTS = ("max_seq_len", "d_model", "n_heads")  # given by the model, not options
 
 
@@ -32,7 +25,9 @@ def encoding_class(name: str) -> type[PositionalEncoding]:
     """The class a built-in name or a dotted import path (`my_encodings.T5Bias`) names. Importing
     its module runs that module's code, as any plugin does; a path that is not a
     PositionalEncoding subclass is refused before anything of it is called."""
-    path = BUILT_IN_ENCODINGS.get(name, name)
+    if name in BUILT_IN_ENCODINGS:
+        return BUILT_IN_ENCODINGS[name]
+    path = name
     module_name, _, class_name = path.rpartition(".")
     if not module_name or not class_name:
         raise EncodingError(
@@ -64,22 +59,28 @@ def class_path(cls: type) -> str:
 
 @dataclass(frozen=True)
 class EncodingChoice:
-    """One side's positional encoding: `name`, a built-in (BUILT_IN_ENCODINGS) or a class's import
-    path, and `options`, keyword arguments of that class as sorted (key, value) pairs. Sides with
-    equal choices share one module."""
+    """One side's positional encoding: `name`, a built-in (positions.BUILT_IN_ENCODINGS) or a
+    class's import path, the class it names (resolved once, by `of`), and `options`, keyword
+    arguments of that class as sorted (key, value) pairs. Called with the model's sizes it builds
+    the encoding: it is the factory the model takes. Equal choices (name and options) are equal
+    factories, so sides with equal choices share one module."""
 
     name: str
+    cls: type[PositionalEncoding] = field(compare=False, repr=False)
     options: tuple[tuple[str, object], ...] = ()
 
     @classmethod
-    def of(cls, name: str, options: Mapping[str, object] | None = None) -> EncodingChoice:
-        """The choice of `name` with `options` (a null option keeps the class's default)."""
+    def of(
+        cls,
+        name: str,
+        options: Mapping[str, object] | None = None,
+        encoding: type[PositionalEncoding] | None = None,
+    ) -> EncodingChoice:
+        """The choice of `name` with `options` (a null option keeps the class's default);
+        `encoding` is the class `name` names where the caller has already found it."""
         kept = {key: value for key, value in (options or {}).items() if value is not None}
-        return cls(name, tuple(sorted(kept.items())))
-
-    @property
-    def cls(self) -> type[PositionalEncoding]:
-        return encoding_class(self.name)
+        found = encoding_class(name) if encoding is None else encoding
+        return cls(name, found, tuple(sorted(kept.items())))
 
     def option_problems(self) -> list[tuple[str, str]]:
         """(option, why) for each option the class's signature does not take or whose value is
@@ -93,7 +94,7 @@ class EncodingChoice:
                 problems.append((key, f"must be {annotation_text(parameters[key])} for"))
         return problems
 
-    def build(self, max_seq_len: int, d_model: int, n_heads: int) -> PositionalEncoding:
+    def __call__(self, max_seq_len: int, d_model: int, n_heads: int) -> PositionalEncoding:
         """The encoding for a model of these sizes."""
         return self.cls(max_seq_len, d_model, n_heads, **dict(self.options))
 
