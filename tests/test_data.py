@@ -23,7 +23,13 @@ def test_collate_adds_specials_and_right_pads():
     assert batch.tgt_in.tolist() == [[BOS_ID, 9, PAD_ID], [BOS_ID, 10, 11]]
     assert batch.tgt_out.tolist() == [[9, EOS_ID, PAD_ID], [10, 11, EOS_ID]]
     assert batch.num_tgt_tokens == 5 and int((batch.src != PAD_ID).sum()) == 6
-    assert batch.real.tolist() == [0, 1, 3, 4, 5]  # row * 3 + column of tgt_out's real tokens
+    assert batch.nonpad_index.tolist() == [
+        0,
+        1,
+        3,
+        4,
+        5,
+    ]  # row * 3 + column of tgt_out's non-pad tokens
 
 
 def test_token_batches_cover_every_example_once_within_the_budget():

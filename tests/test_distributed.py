@@ -42,7 +42,14 @@ def test_tied_weights_stay_tied_and_train_as_without_ddp(process_group):
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         for _ in range(3):
-            train_step(loss_fn, [batch], 1 / 6, optimizer, scheduler, 1.0)
+            train_step(
+                loss_fn,
+                [batch],
+                scale=1 / 6,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                clip_grad_norm=1.0,
+            )
     emb = wrapped.embedding
     assert emb.src_tokens.weight is emb.tgt_tokens.weight is emb.tgt_token_weight
     trained = wrapped.state_dict()

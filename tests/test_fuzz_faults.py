@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import minimt
 import minimt.data.tokenizer as tokenizer_module
 from minimt import atomic
-from minimt.checkpoint import loads, step_checkpoints
+from minimt.checkpoint import is_loadable, step_checkpoints
 from minimt.data.multi30k import MULTI30K_SHA256
 from minimt.train.loop import train
 from minimt.translator import Translator
@@ -443,7 +443,7 @@ def test_a_parallel_sweep_stopped_at_any_line_it_prints_leaves_nothing_running(
     assert f"sweep stopped ({signum.name})" in log, log[-3000:]
     assert wait_until_gone(launcher.pid) == [], "processes of the stopped sweep still run"
     for run in sweep.glob("*/checkpoints"):
-        assert all(loads(path) for path in step_checkpoints(run)), run
+        assert all(is_loadable(path) for path in step_checkpoints(run)), run
     assert leftovers(sweep) == []
 
 

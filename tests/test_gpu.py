@@ -69,10 +69,10 @@ def per_token_losses(device: torch.device, precision: str, steps: int = 4) -> li
         loss_sum, _, applied = train_step(
             training.loss_fn,
             [batch],
-            1 / tokens,
-            training.optimizer,
-            training.scheduler,
-            cfg.trainer.clip_grad_norm,
+            scale=1 / tokens,
+            optimizer=training.optimizer,
+            scheduler=training.scheduler,
+            clip_grad_norm=cfg.trainer.clip_grad_norm,
             host_check=checks_on_host(device),
         )
         assert bool(applied)
@@ -141,7 +141,15 @@ def test_a_training_step_skips_a_non_finite_update_without_waiting_for_the_gpu(d
     applied = []
     with no_host_waits(device):
         for scale in (1.0, math.nan, 1.0):  # the NaN step is skipped on the device
-            _, _, ok = train_step(loss_fn, [batch], scale, optimizer, scheduler, 1.0, False)
+            _, _, ok = train_step(
+                loss_fn,
+                [batch],
+                scale=scale,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                clip_grad_norm=1.0,
+                host_check=False,
+            )
             applied.append(ok)
     assert [bool(ok) for ok in applied] == [True, False, True]
     assert optimizer.state[loss_fn.weight]["step"] == 2
@@ -153,15 +161,23 @@ def test_the_wait_check_catches_a_step_checked_on_the_host(device):
     device = torch.device(device)
     loss_fn, optimizer, scheduler, batch = sync_free_training(device)
     with pytest.raises(RuntimeError, match="synchroniz"), no_host_waits(device):
-        train_step(loss_fn, [batch], 1.0, optimizer, scheduler, 1.0, host_check=True)
+        train_step(
+            loss_fn,
+            [batch],
+            scale=1.0,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            clip_grad_norm=1.0,
+            host_check=True,
+        )
 
 
 @DEVICES
 @pytest.mark.parametrize("pe", ["sinusoidal", "learned", "rope", "alibi"])
 def test_the_configured_training_step_never_waits_for_the_gpu(pe, device):
     """The model's forward and backward, the label-smoothed loss on the real target positions
-    (Batch.real), clipping and fused Adam with the check on the device: queued without a host
-    sync (after one warm-up step, which may initialise kernels)."""
+    (Batch.nonpad_index), clipping and fused Adam with the check on the device: queued without a
+    host sync (after one warm-up step, which may initialise kernels)."""
     device = torch.device(device)
     cfg = compose_config(f"pe={pe}", "model.d_model=64", "model.d_ff=128")
     training = build_training(cfg, 40, 40, device)
@@ -173,10 +189,10 @@ def test_the_configured_training_step_never_waits_for_the_gpu(pe, device):
                 train_step(
                     training.loss_fn,
                     [batch],
-                    1e-2,
-                    training.optimizer,
-                    training.scheduler,
-                    1.0,
+                    scale=1e-2,
+                    optimizer=training.optimizer,
+                    scheduler=training.scheduler,
+                    clip_grad_norm=1.0,
                     host_check=False,
                 )
             )
@@ -214,10 +230,10 @@ def test_compiled_steps_match_eager_steps(device, monkeypatch):
             loss_sum, _, applied = train_step(
                 training.loss_fn,
                 [batch],
-                1 / batch.num_tgt_tokens,
-                training.optimizer,
-                training.scheduler,
-                1.0,
+                scale=1 / batch.num_tgt_tokens,
+                optimizer=training.optimizer,
+                scheduler=training.scheduler,
+                clip_grad_norm=1.0,
                 host_check=False,
             )
             assert bool(applied)
@@ -261,7 +277,13 @@ def test_attention_runs_and_on_cuda_never_falls_back_to_the_math_kernel(pe, devi
     batch = random_batch(0).to(device)
     with sdpa_kernels() as kernels:
         loss_sum, _, applied = train_step(
-            training.loss_fn, [batch], 1e-2, training.optimizer, training.scheduler, 1.0, False
+            training.loss_fn,
+            [batch],
+            scale=1e-2,
+            optimizer=training.optimizer,
+            scheduler=training.scheduler,
+            clip_grad_norm=1.0,
+            host_check=False,
         )
         model = training.model.eval()
         with training.autocast:

@@ -45,7 +45,7 @@ def test_summed_loss_scores_the_real_target_positions_only():
     batch = collate([[5, 6, 7], [8, 9], [3, 4, 5, 6]], [[10, 11], [12, 13, 14, 15], [7]])
     model = tiny_transformer(40, seed=3).eval()
     loss = SummedLoss(model, 0.1, torch.autocast("cpu", enabled=False))(
-        batch.src, batch.tgt_in, batch.tgt_out, batch.real
+        batch.src, batch.tgt_in, batch.tgt_out, batch.nonpad_index
     )
     logits = model.project(model.decode(batch.tgt_in, model.encode(batch.src), batch.src))
     real = batch.tgt_out != PAD_ID

@@ -12,8 +12,8 @@ from minimt.checkpoint import (
     DamagedCheckpoint,
     NonFiniteCheckpoint,
     average_last_checkpoints,
+    is_loadable,
     load_checkpoint,
-    loads,
     save_checkpoint,
 )
 from minimt.data.tokenizer import TokenizerPair, train_bpe
@@ -35,7 +35,7 @@ def test_a_changed_byte_in_a_checkpoint_is_damage_not_a_wrong_weight(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(DamagedCheckpoint, match=r"best\.pt: it is damaged .*fails its checksum"):
         load_checkpoint(path)
-    assert not loads(path)
+    assert not is_loadable(path)
 
 
 @pytest.mark.parametrize("size", [0, 1, 30, 100])
@@ -168,7 +168,7 @@ def test_a_checkpoint_with_non_finite_weights_is_refused_naming_the_tensor_and_w
     tmp_path,
 ):
     run = poisoned_copy(tmp_path, "best.pt")
-    assert not loads(run / "checkpoints" / "best.pt")
+    assert not is_loadable(run / "checkpoints" / "best.pt")
     line = error_line(run_script("translate.py", f"run={run}", stdin=b"Ein Hund rennt.\n"))
     assert f"cannot use checkpoint {run / 'checkpoints' / 'best.pt'}" in line
     assert "weight decoder_layers.0.ffn.w1.weight holds 128 NaN or inf values of 128" in line

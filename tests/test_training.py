@@ -52,7 +52,13 @@ def test_a_non_finite_update_is_skipped_on_the_device_as_on_the_host():
         applied = []
         for scale in (math.nan, 1 / 6, math.nan, 1 / 6):  # NaN gradients, the first step too
             _, grad_norm, ok = train_step(
-                loss_fn, [batch], scale, optimizer, scheduler, 1.0, host_check
+                loss_fn,
+                [batch],
+                scale=scale,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                clip_grad_norm=1.0,
+                host_check=host_check,
             )
             assert ok.shape == () and bool(ok) == grad_norm.isfinite().item()
             applied.append(bool(ok))

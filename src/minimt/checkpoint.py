@@ -167,7 +167,7 @@ def archive_damage(path: Path) -> str | None:
     return None if bad_member is None else f"{bad_member} fails its checksum"
 
 
-def loads(path: Path) -> bool:
+def is_loadable(path: Path) -> bool:
     """Whether the checkpoint at `path` loads."""
     try:
         load_checkpoint(path)
@@ -179,7 +179,7 @@ def loads(path: Path) -> bool:
 def newest_loadable(ckpt_dir: str | Path, other_than: Path | None = None) -> Path | None:
     """The newest step_<N>.pt in `ckpt_dir` (but `other_than`) that loads, or None."""
     steps = reversed(step_checkpoints(ckpt_dir))
-    return next((path for path in steps if path != other_than and loads(path)), None)
+    return next((path for path in steps if path != other_than and is_loadable(path)), None)
 
 
 def latest_checkpoint(ckpt_dir: str | Path) -> Path:

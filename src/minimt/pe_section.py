@@ -95,27 +95,27 @@ def encoding_problems(cfg: DictConfig) -> list[str]:
     problems, choices = side_choices(cfg.pe)
     if problems:
         return problems
-    sizes = cfg.model.max_seq_len, cfg.model.d_model, cfg.model.n_heads
+    max_seq_len, d_model, n_heads = cfg.model.max_seq_len, cfg.model.d_model, cfg.model.n_heads
     sides: dict[EncodingChoice, list[str]] = {}
     for side, choice in choices.items():
         sides.setdefault(choice, []).append(side)
     for choice, named in sides.items():
         where = f"pe={choice.name} ({', '.join(f'pe.{side}' for side in named)})"
-        problem = choice.cls.problem(sizes[1], sizes[2])
+        problem = choice.cls.problem(d_model, n_heads)
         if problem:
             problems.append(
-                f"{where} {problem}: model.d_model / model.n_heads = {sizes[1]} / {sizes[2]}"
+                f"{where} {problem}: model.d_model / model.n_heads = {d_model} / {n_heads}"
             )
             continue
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             try:
-                module = choice(*sizes)
+                module = choice(max_seq_len, d_model, n_heads)
             except Exception as error:  # the class's own check of its options, in its words
                 given = (f"{option_key(cfg.pe, named[0], k)}={v!r}" for k, v in choice.options)
                 options = ", ".join(given) or "no options"
                 problems.append(f"{where} with {options}: {class_path(choice.cls)} says {error}")
                 continue
-            problems += contract_problems(module, sizes[1], sizes[2])
+            problems += contract_problems(module, d_model, n_heads)
     return problems
 
 

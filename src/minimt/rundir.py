@@ -11,10 +11,10 @@ from omegaconf import DictConfig, OmegaConf
 from minimt.checkpoint import (
     CheckpointMismatch,
     DamagedCheckpoint,
+    is_loadable,
     latest_checkpoint,
     load_checkpoint,
     load_weights,
-    loads,
     step_checkpoints,
 )
 from minimt.config import ConfigError, build_model, resume_mismatches
@@ -121,7 +121,7 @@ def checkpoints_that_load(run_dir: str | Path, other_than: Path) -> str:
     usable = [
         f"checkpoint={names.get(path, path.name)}"
         for path in candidates
-        if path != other_than and path.is_file() and loads(path)
+        if path != other_than and path.is_file() and is_loadable(path)
     ]
     if not usable:
         return f"no other checkpoint in {ckpt_dir} loads (train the run again)"

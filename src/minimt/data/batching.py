@@ -23,21 +23,21 @@ T = TypeVar("T")
 @dataclass
 class Batch:
     """src (B, S) ends in <eos>; tgt_in (B, T) starts with <bos>; tgt_out (B, T) ends in <eos>;
-    real (N,) the flat positions (row * T + column) of tgt_out's non-pad tokens, which the loss
-    reads, found when the batch is collated, so that selecting them on a GPU needs no size from
-    the device; num_tgt_tokens: N."""
+    nonpad_index (N,) the flat positions (row * T + column) of tgt_out's non-pad tokens, which the
+    loss reads, found when the batch is collated, so that selecting them on a GPU needs no size
+    from the device; num_tgt_tokens: N."""
 
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
-    real: Tensor
+    nonpad_index: Tensor
     num_tgt_tokens: int
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`. To a GPU through page-locked memory: a copy from there is
         queued without waiting, one from pageable memory first waits for the GPU's queued work."""
         pin = torch.device(device).type == "cuda"
-        tensors = (self.src, self.tgt_in, self.tgt_out, self.real)
+        tensors = (self.src, self.tgt_in, self.tgt_out, self.nonpad_index)
         moved = [(t.pin_memory() if pin else t).to(device, non_blocking=True) for t in tensors]
         return Batch(*moved, self.num_tgt_tokens)
 
@@ -107,13 +107,13 @@ def source_tensor(src_ids: Sequence[Sequence[int]]) -> Tensor:
 def flat_batch(src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray]) -> Batch:
     """The batch of rows given as (ids one after another, lengths) per side."""
     tgt_out = padded(*tgt, last=EOS_ID)
-    real = torch.from_numpy(np.flatnonzero(tgt_out.numpy() != PAD_ID))
+    nonpad_index = torch.from_numpy(np.flatnonzero(tgt_out.numpy() != PAD_ID))
     return Batch(
         src=padded(*src, last=EOS_ID),
         tgt_in=padded(*tgt, first=BOS_ID),
         tgt_out=tgt_out,
-        real=real,
-        num_tgt_tokens=len(real),
+        nonpad_index=nonpad_index,
+        num_tgt_tokens=len(nonpad_index),
     )
 
 

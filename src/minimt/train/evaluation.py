@@ -74,7 +74,7 @@ def validation_nll(model: Transformer, batches: BatchedPairs, autocast: torch.au
     total, count = torch.zeros((), device=device), 0
     for batch in batches.iterate():
         batch = batch.to(device)
-        total += nll(batch.src, batch.tgt_in, batch.tgt_out, batch.real)
+        total += nll(batch.src, batch.tgt_in, batch.tgt_out, batch.nonpad_index)
         count += batch.num_tgt_tokens
     return total.item() / count
 

@@ -133,16 +133,23 @@ def run_training(
             loss_sum, grad_norm, applied = train_step(
                 training.loss_fn,
                 batches,
-                dist.world_size / tokens,
-                training.optimizer,
-                training.scheduler,
-                trainer.clip_grad_norm,
-                host_check,
+                scale=dist.world_size / tokens,
+                optimizer=training.optimizer,
+                scheduler=training.scheduler,
+                clip_grad_norm=trainer.clip_grad_norm,
+                host_check=host_check,
             )
             state.count_step(int(tokens), dist.world_size * trainer.accumulate)
             bar.update()
             unsettled.append(
-                StepResult(state.step, loss_sum, grad_norm, applied, local_tokens, int(tokens))
+                StepResult(
+                    step=state.step,
+                    loss_sum=loss_sum,
+                    grad_norm=grad_norm,
+                    applied=applied,
+                    loss_tokens=local_tokens,
+                    tokens=int(tokens),
+                )
             )
             due = (trainer.log_every, trainer.val_every, trainer.save_every)
             if host_check or any(state.step % every == 0 for every in due):

@@ -40,14 +40,15 @@ class SummedLoss(nn.Module):
         super().__init__()
         self.model, self.label_smoothing, self.autocast = model, label_smoothing, autocast
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, real: Tensor) -> Tensor:
-        """(B, S) src, (B, T) tgt_in and tgt_out, (N,) flat positions of tgt_out's real tokens
-        (Batch.real) -> scalar; logits only for those positions. Selecting them by index, not by
-        a mask, keeps the step free of host syncs on a GPU (a mask's row count lives there)."""
-        target = tgt_out.flatten().index_select(0, real)  # (N,)
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, nonpad_index: Tensor) -> Tensor:
+        """(B, S) src, (B, T) tgt_in and tgt_out, (N,) flat positions of tgt_out's non-pad tokens
+        (Batch.nonpad_index) -> scalar; logits only for those positions. Selecting them by index,
+        not by a mask, keeps the step free of host syncs on a GPU (a mask's row count lives
+        there)."""
+        target = tgt_out.flatten().index_select(0, nonpad_index)  # (N,)
         with self.autocast:
             hidden = self.model.decode(tgt_in, self.model.encode(src), src)  # (B, T, d_model)
-            hidden = hidden.flatten(0, 1).index_select(0, real)  # (N, d_model)
+            hidden = hidden.flatten(0, 1).index_select(0, nonpad_index)  # (N, d_model)
             logits = self.model.project(hidden)  # (N, V)
         return label_smoothed_cross_entropy(logits, target, self.label_smoothing)
 
@@ -109,6 +110,7 @@ def checks_on_host(device: torch.device) -> bool:
 def train_step(
     loss_fn: nn.Module,
     batches: list[Batch],
+    *,
     scale: float,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -134,7 +136,7 @@ def train_step(
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         with nullcontext() if last or not hasattr(loss_fn, "no_sync") else loss_fn.no_sync():
-            loss = loss_fn(batch.src, batch.tgt_in, batch.tgt_out, batch.real)
+            loss = loss_fn(batch.src, batch.tgt_in, batch.tgt_out, batch.nonpad_index)
             (loss * scale).backward()
         total = total + loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), clip_grad_norm or math.inf)
