@@ -20,6 +20,7 @@ from torch.utils.tensorboard import SummaryWriter
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, register_resolvers, validate_config
+from minimt.data.batching import Batch
 from minimt.data.splits import RunData, prepare_data
 from minimt.errors import MinimtError
 from minimt.provenance import record_start, session
@@ -130,27 +131,17 @@ def run_training(
                 reason, interrupted = stopping
                 break
             batches = [b.to(device) for b in batches]
-            loss_sum, grad_norm, applied = train_step(
-                training.loss_fn,
+            result = update(
+                training,
                 batches,
-                scale=dist.world_size / tokens,
-                optimizer=training.optimizer,
-                scheduler=training.scheduler,
-                clip_grad_norm=trainer.clip_grad_norm,
+                tokens=int(tokens),
+                state=state,
+                trainer=trainer,
+                world_size=dist.world_size,
                 host_check=host_check,
             )
-            state.count_step(int(tokens), dist.world_size * trainer.accumulate)
             bar.update()
-            unsettled.append(
-                StepResult(
-                    step=state.step,
-                    loss_sum=loss_sum,
-                    grad_norm=grad_norm,
-                    applied=applied,
-                    loss_tokens=local_tokens,
-                    tokens=int(tokens),
-                )
-            )
+            unsettled.append(result)
             due = (trainer.log_every, trainer.val_every, trainer.save_every)
             if host_check or any(state.step % every == 0 for every in due):
                 nonfinite_in_a_row = settle(
@@ -158,7 +149,7 @@ def run_training(
                 )
             if state.step % trainer.log_every == 0:
                 if dist.is_main:
-                    log_window(writer, bar, window, grad_norm, training, state)
+                    log_window(writer, bar, window, result.grad_norm, training, state)
                 window = Window()
             if state.step % trainer.val_every == 0 and dist.is_main:
                 validate_and_keep_best(run, training, state, clock, hooks)
@@ -183,6 +174,38 @@ def run_training(
             return None
         memory.phase = "test decoding"
         return finish(run, state, clock, hooks, dist.world_size, reason, memory)
+
+
+def update(
+    training: Training,
+    batches: list[Batch],
+    *,
+    tokens: int,
+    state: TrainState,
+    trainer: DictConfig,
+    world_size: int,
+    host_check: bool,
+) -> StepResult:
+    """One optimizer update from this process's `batches` (on the device), `tokens` the target
+    tokens of all processes, counted in `state`; its outcome is read later (settle)."""
+    loss_sum, grad_norm, applied = train_step(
+        training.loss_fn,
+        batches,
+        scale=world_size / tokens,
+        optimizer=training.optimizer,
+        scheduler=training.scheduler,
+        clip_grad_norm=trainer.clip_grad_norm,
+        host_check=host_check,
+    )
+    state.count_step(tokens, world_size * trainer.accumulate)
+    return StepResult(
+        step=state.step,
+        loss_sum=loss_sum,
+        grad_norm=grad_norm,
+        applied=applied,
+        loss_tokens=sum(batch.num_tgt_tokens for batch in batches),
+        tokens=tokens,
+    )
 
 
 class Setup(NamedTuple):
