@@ -15,27 +15,23 @@ from minimt.model.search import (
     output_length_bounds,
 )
 from minimt.model.transformer import Transformer
-from tests.helpers import tiny_transformer
-from tests.host_reads import HostReads
-from tests.test_decoding import (
+from tests.helpers import (
     BOS,
     ENCODINGS,
     EOS,
     PAD,
     REVERSAL_SOURCES,
     SOURCES,
+    SPECIALS,
     VOCAB,
     make_model,
     pad_batch,
+    random_model,
     reversal_model,
     script_project,
+    tiny_transformer,
 )
-
-SPECIALS = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
-
-
-def random_model(seed: int = 0, **overrides) -> Transformer:
-    return make_model(n_layers=2, seed=seed, share_embeddings=False, **overrides)
+from tests.host_reads import HostReads
 
 
 def script_bigram(model: Transformer, monkeypatch, transitions: dict[int, dict[int, float]]):

@@ -1,42 +1,24 @@
-from functools import cache
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 from minimt.data.batching import source_tensor
 from minimt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, TokenizerPair
 from minimt.model.search import beam_search, greedy_decode, max_output_lengths
 from minimt.model.transformer import Transformer
-from tests.helpers import model_arguments
-
-PAD, BOS, EOS = 0, 1, 2
-VOCAB = 20
-
-
-def make_model(
-    max_seq_len: int = 32, d_model: int = 16, n_layers: int = 1, seed: int = 0, **overrides
-) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(
-        VOCAB,
-        VOCAB,
-        d_model=d_model,
-        n_heads=2,
-        n_encoder_layers=n_layers,
-        n_decoder_layers=n_layers,
-        d_ff=2 * d_model,
-        max_seq_len=max_seq_len,
-        **model_arguments(
-            **({"dropout": 0.0, "pad_id": PAD, "share_embeddings": True} | overrides)
-        ),
-    ).eval()
-
-
-def pad_batch(sentences: list[list[int]]) -> torch.Tensor:
-    """Right-pads token lists into a (B, S) tensor."""
-    width = max(map(len, sentences))
-    return torch.tensor([s + [PAD] * (width - len(s)) for s in sentences])
+from tests.helpers import (
+    BOS,
+    ENCODINGS,
+    EOS,
+    PAD,
+    REVERSAL_SOURCES,
+    SOURCES,
+    TOY,
+    make_model,
+    pad_batch,
+    reversal_model,
+    script_project,
+    toy_run_overrides,
+)
 
 
 def reference_decode(model: Transformer, src: list[int], max_len: int) -> list[int]:
@@ -49,30 +31,6 @@ def reference_decode(model: Transformer, src: list[int], max_len: int) -> list[i
             break
         tgt.append(token)
     return tgt[1:]
-
-
-def script_project(model: Transformer, monkeypatch, eos_steps: list[int]) -> list[int]:
-    """Make step k emit token 3 + k, or <eos> for sentence b once k == eos_steps[b]; returns
-    the number of rows projected at each step.
-
-    The rows are the sentences still decoding, in batch order: those that emitted <eos> have
-    left the batch. So have those at their maximum length, which only the scripts without <eos>
-    (every row the same) reach: they take the first rows.
-    """
-    calls: list[int] = []
-
-    def project(hidden: torch.Tensor) -> torch.Tensor:  # (B', 1, d_model) -> (B', 1, V)
-        step = len(calls)
-        calls.append(hidden.size(0))
-        live_eos_steps = [end for end in eos_steps if end >= step][: hidden.size(0)]
-        tokens = torch.where(torch.tensor(live_eos_steps) == step, EOS, 3 + step)
-        return F.one_hot(tokens, VOCAB).float()[:, None, :]
-
-    monkeypatch.setattr(model, "project", project)
-    return calls
-
-
-SOURCES = [[5, 6, 7, 8, 9], [10, 11, 12], [3], [4, 13, 14, 15, 16, 17, 18]]
 
 
 def test_max_output_lengths_formula_and_cap():
@@ -141,25 +99,6 @@ def test_cache_is_written_in_place_up_to_its_capacity():
         model.decode_step(torch.full((len(SOURCES), 1), BOS), cache)
 
 
-REVERSAL_SOURCES = [[3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 3], [17, 5, 9, 12]]
-
-
-@cache
-def reversal_model() -> Transformer:
-    """A tiny model overfit to reversing REVERSAL_SOURCES (trained once, shared: do not modify)."""
-    targets = [[BOS, *reversed(s), EOS] for s in REVERSAL_SOURCES]
-    src, tgt = pad_batch(REVERSAL_SOURCES), pad_batch(targets)
-    model = make_model(d_model=32).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(60):  # greedy output is right from about step 20 on
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
-
-
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_overfit_model_reproduces_reversed_sources(use_cache):
     src = pad_batch(REVERSAL_SOURCES)
@@ -167,16 +106,6 @@ def test_overfit_model_reproduces_reversed_sources(use_cache):
         reversal_model(), src, bos_id=BOS, eos_id=EOS, pad_id=PAD, use_cache=use_cache
     )
     assert hyps == [list(reversed(s)) for s in REVERSAL_SOURCES]
-
-
-# Every positional encoding, and one side's differing from the other's.
-ENCODINGS = [
-    *(dict(positions=name) for name in ["sinusoidal", "learned", "none", "rope", "alibi"]),
-    dict(src_positions="none"),
-    dict(tgt_positions="none"),
-    dict(src_positions="rope", tgt_positions="alibi"),
-    dict(src_positions="alibi", tgt_positions="learned"),
-]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -196,7 +125,6 @@ def toy_model(request, tmp_path_factory) -> tuple[Transformer, TokenizerPair]:
     from minimt.rundir import load_model
     from minimt.train.loop import train
     from tests.helpers import compose_config
-    from tests.test_training import toy_run_overrides
 
     data_dir = tmp_path_factory.getbasetemp() / "toy_data"  # the tokenizer is trained once
     run_dir = tmp_path_factory.mktemp(f"toy_{request.param}")
@@ -210,7 +138,6 @@ def toy_model(request, tmp_path_factory) -> tuple[Transformer, TokenizerPair]:
 def test_cached_search_equals_recomputation_and_each_sentence_alone_on_real_sentences(toy_model):
     """The in-place cache and the batch that drops finished sentences change nothing: the
     hypotheses equal those of the decoder re-run over the prefix, and each sentence's alone."""
-    from tests.test_training import TOY
 
     model, tokenizers = toy_model
     src_ids = tokenizers.encode_src((TOY / "test.de").read_text().splitlines())

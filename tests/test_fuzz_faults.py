@@ -35,8 +35,14 @@ from minimt.checkpoint import is_loadable, step_checkpoints
 from minimt.data.multi30k import MULTI30K_SHA256
 from minimt.train.loop import train
 from minimt.translator import Translator
-from tests.helpers import REPO, compose_config, fuzz_settings, start_sweep, tiny_run_overrides
-from tests.test_report import write_run
+from tests.helpers import (
+    REPO,
+    compose_config,
+    fuzz_settings,
+    start_sweep,
+    tiny_run_overrides,
+    write_run,
+)
 
 SCRIPTS = ("translate", "evaluate", "average_checkpoints", "report", "collect_runs")
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}

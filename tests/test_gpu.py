@@ -25,11 +25,19 @@ from torch.profiler import ProfilerActivity, profile
 from minimt.data.batching import Batch
 from minimt.model.search import beam_search, greedy_decode
 from minimt.train.step import SummedLoss, build_training, checks_on_host, train_step
-from tests.helpers import collate, compose_config
+from tests.helpers import (
+    DEVICES,
+    ENCODINGS,
+    REVERSAL_SOURCES,
+    SOURCES,
+    SPECIALS,
+    collate,
+    compose_config,
+    pad_batch,
+    random_model,
+    reversal_model,
+)
 from tests.host_reads import HostReads
-from tests.test_beam import SPECIALS, random_model
-from tests.test_decoding import ENCODINGS, REVERSAL_SOURCES, SOURCES, pad_batch, reversal_model
-from tests.test_resume import DEVICES
 
 CPU = torch.device("cpu")
 

@@ -24,9 +24,8 @@ from minimt.data.length_split import (
 from minimt.data.splits import load_held_out, load_text_splits, prepare_data
 from minimt.metrics import corpus_scores
 from minimt.train.loop import train
-from tests.helpers import REPO, compose_config
+from tests.helpers import TOY, compose_config
 
-TOY = REPO / "tests" / "data" / "toy"  # 400 training pairs of 5-8 source words
 N = 6  # toy: 167 sources of <= 6 words, 233 longer (172 of 7 words, 61 of 8)
 
 

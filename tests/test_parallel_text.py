@@ -9,9 +9,8 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import REPO
+from tests.helpers import REPO, TOY
 
-TOY = REPO / "tests" / "data" / "toy"
 pytestmark = pytest.mark.slow
 
 

@@ -12,79 +12,9 @@ from minimt.study.report import ReportError, build_report, ratio_points, write_r
 from minimt.study.significance import holm
 from scripts.collect_runs import collect_runs
 from scripts.report import main
+from tests.helpers import LONG_SETS, TEST_BLEU, TEST_CHRF, write_run
 
-LONG_SETS = ("long_16-20", "long_21-25")
-# Test BLEU written into each fabricated metrics.json: arm -> seed -> BLEU (on every test set).
-TEST_BLEU = {
-    "full_sinusoidal": {1: 30.0, 2: 32.0, 3: 31.0},
-    "full_learned": {1: 20.0, 2: 22.5, 3: 20.5},  # 10 +- 0.5 below: worse
-    "full_rope": {1: 30.1, 2: 31.9, 3: 31.0},  # 0 +- 0.1: equivalent
-    "share_none": {1: 35.0},  # one seed: inconclusive
-    "length_sinusoidal": {1: 25.0, 2: 27.0},
-    "length_learned": {1: 24.0, 2: 27.5},
-    "control_sinusoidal": {1: 26.0, 2: 26.5},
-}
-TEST_CHRF = {1: 50.0, 2: 54.0, 3: 52.0}
-TOY = {"experiment": "toy", "precision": "fp32", "device": "cpu"}  # a protocol with no plan
 TOY_TITLE = "experiment=toy, fp32 on cpu"
-
-
-def saved_config(arm: str, seed: int) -> dict:
-    """The resolved config of a run of `arm`."""
-    pe = arm.split("_")[-1] if arm != "share_none" else "sinusoidal"
-    words = {
-        "full": {},
-        "fairseq": {},
-        "share": {},
-        "length": {"train_max_words": 15, "long_tests_over": 15},
-        "control": {"long_tests_over": 15, "train_subsample": 900},
-    }[arm.split("_")[0]]
-    return {
-        "pe": {"encoder": pe, "decoder": pe, "scale": 1.0, "init_std": 0.02},
-        "embedding": {"scale": True, "share": "none" if arm == "share_none" else "all"}
-        | {"init_std": None},
-        "data": {"max_train_len": 100, "train_max_words": None, "train_subsample": None} | words,
-        "tokenizer": {"vocab_size": 1000, "joint": True},
-        "model": {"d_model": 64, "n_heads": 2, "n_encoder_layers": 2, "n_decoder_layers": 2}
-        | {"d_ff": 128, "dropout": 0.1, "max_seq_len": 128},
-        "trainer": {"seed": seed, "batch_tokens": 1024, "accumulate": 1, "lr": 3e-3}
-        | {"warmup_steps": 50, "val_every": 100, "max_steps": 5000, "max_minutes": 10.0}
-        | {"patience": 3, "min_delta": 0.0},
-    }
-
-
-def write_run(run_dir, arm: str, seed: int, protocol: dict = TOY, bleu: float | None = None):
-    """A finished run as the training side leaves it (metrics.json with "config", "choices")."""
-    run_dir.mkdir(parents=True)
-    (run_dir / ".hydra").mkdir()
-    val_history = [{"step": s, "loss": 5.0 - s / 100, "bleu": s / 10 + seed} for s in (100, 200)]
-    bleu = TEST_BLEU[arm][seed] if bleu is None else bleu
-    scores = {
-        "bleu": bleu,
-        "chrf": TEST_CHRF.get(seed, 50.0),
-        "beam": 5,
-        "signature": "nrefs:1|tok:13a",
-    }
-    metrics = {
-        "config": saved_config(arm, seed),
-        "choices": {"experiment": protocol["experiment"], "arm": arm},
-        "precision": protocol["precision"],
-        "steps": 200 + seed,
-        "best_step": 200,
-        "stop_reason": "trainer.patience reached (3 validations without a gain)",
-        "train_seconds": 60.0 * seed,
-        "num_parameters": 2000 if arm == "share_none" else 1234,
-        "best_val_bleu": val_history[-1]["bleu"],
-        "val_history": val_history,
-        "data": {"train_pairs": 900},
-        "test": {
-            name: {**scores, "length_ratio": 0.9, "early_stop_share": 0.25}
-            for name in ("test", *(() if arm.startswith(("full", "share")) else LONG_SETS))
-        },
-    }
-    if protocol.get("device"):
-        metrics["device"] = protocol["device"]
-    (run_dir / "metrics.json").write_text(json.dumps(metrics))
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import torch
 from minimt.checkpoint import CheckpointError, CheckpointMismatch, load_checkpoint
 from minimt.train.loop import TrainingDiverged, train
 from minimt.train.step import SummedLoss
-from tests.helpers import ON_CUDA, compose_config, tiny_run_overrides
+from tests.helpers import DEVICES, compose_config, tiny_run_overrides
 
 pytestmark = pytest.mark.slow  # real training runs
 
@@ -22,10 +22,6 @@ def tiny_run_config(multi30k_dir, data_dir, *overrides):
 
 def final_weights(run_dir, step):
     return load_checkpoint(run_dir / "checkpoints" / f"step_{step}.pt")["model"]
-
-
-# On CUDA the skipped updates are counted at log, validation and checkpoint steps (loop.settle).
-DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_CUDA)])
 
 
 @DEVICES

@@ -20,8 +20,7 @@ from minimt import atomic
 from minimt.signals import Terminated, interrupted_line, stop_signals_raise
 from minimt.train.loop import train
 from scripts import average_checkpoints, collect_runs, evaluate, report, translate
-from tests.helpers import ENV, REPO, compose_config, tiny_run_overrides
-from tests.test_report import write_run
+from tests.helpers import ENV, REPO, compose_config, tiny_run_overrides, write_run
 
 SCRIPTS = [translate, evaluate, average_checkpoints, report, collect_runs]
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}

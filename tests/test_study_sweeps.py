@@ -12,8 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.config import ConfigError, validate_config
 from minimt.rundir import finished_run, interrupted_run
-from tests.helpers import REPO, compose_config, tiny_run_overrides
-from tests.test_sweep import sweep_jobs
+from tests.helpers import REPO, compose_config, sweep_jobs, tiny_run_overrides
 
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 BALANCE_ARMS = {"fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal"}

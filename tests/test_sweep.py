@@ -1,24 +1,9 @@
 """The sweep configs expand into the jobs the study needs, each named by its overrides."""
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from tests.helpers import REPO
-
-
-def sweep_jobs(*command_line: str) -> list[list[str]]:
-    """The override list of every job `train.py -m` would launch (as Hydra's BasicSweeper does)."""
-    parser = OverridesParser.create()
-    fixed = [
-        o.input_line for o in parser.parse_overrides(command_line) if not o.is_sweep_override()
-    ]
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("config", overrides=fixed, return_hydra_config=True)
-    params = [f"{key}={value}" for key, value in cfg.hydra.sweeper.params.items()]
-    overrides = parser.parse_overrides([*params, *command_line])
-    return BasicSweeper.split_arguments(overrides, max_batch_size=None)[0]
+from tests.helpers import REPO, sweep_jobs
 
 
 def test_the_embedding_sweep_crosses_encodings_scaling_sharing_and_three_seeds():

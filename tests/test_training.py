@@ -23,9 +23,7 @@ from minimt.train.loop import train
 from minimt.train.progress import samples_table
 from minimt.train.step import SummedLoss, inverse_sqrt_lr, train_step
 from minimt.translator import Translator
-from tests.helpers import REPO, collate, compose_config, tiny_transformer
-
-TOY = REPO / "tests" / "data" / "toy"
+from tests.helpers import REPO, TOY, collate, compose_config, tiny_transformer, toy_run_overrides
 
 
 def test_inverse_sqrt_schedule_closed_form():
@@ -103,26 +101,6 @@ def table_rows(markdown):
     """The body rows of a markdown table, each a list of its cells (escaped bars kept whole)."""
     lines = markdown.splitlines()[2:]
     return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
-
-
-def toy_run_overrides(data_dir, *extra: str) -> list[str]:
-    """The committed toy corpus (400 training pairs, 40 val and 40 test) on a tiny model."""
-    files = [
-        f"data.{split}.{side}={TOY / f'{split}.{lang}'}"
-        for split in ("train", "val", "test")
-        for side, lang in (("src", "de"), ("tgt", "en"))
-    ]
-    return [
-        "experiment=smoke",
-        "data=parallel_text",
-        *files,
-        f"data.dir={data_dir}",
-        "tokenizer.vocab_size=400",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "trainer.precision=fp32",
-        *extra,
-    ]
 
 
 def test_samples_table_is_a_markdown_table_of_literal_text():
