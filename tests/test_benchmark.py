@@ -130,9 +130,9 @@ def test_the_timed_window_reads_the_host_only_inside_train_step(
     run = benchmark.TrainingRun(cfg, data, torch.device("cpu"))
     in_train_step = []
 
-    def train_step(*args):
+    def train_step(*args, **kwargs):
         with HostReads() as reads:
-            result = step(*args)
+            result = step(*args, **kwargs)
         in_train_step.append(reads.count)
         return result
 

@@ -256,7 +256,15 @@ class TrainingRun:
         taken = []
         for indices, batch in itertools.islice(self.batches, steps):
             batches, scale = [batch.to(self.device)], 1 / batch.num_tgt_tokens
-            train_step(t.loss_fn, batches, scale, t.optimizer, t.scheduler, clip, self.host_check)
+            train_step(
+                t.loss_fn,
+                batches,
+                scale=scale,
+                optimizer=t.optimizer,
+                scheduler=t.scheduler,
+                clip_grad_norm=clip,
+                host_check=self.host_check,
+            )
             taken.append(indices)
         return taken
 
