@@ -9,11 +9,13 @@ import pytest
 from scipy import stats
 
 from minimt.study.significance import (
+    MAX_SEEDS,
     NO_SPREAD,
     NONZERO,
     Rules,
     detectable_difference,
     family_verdicts,
+    fewest_seeds,
     noncentral_t_sf,
     paired_difference,
     pooled_sd,
@@ -162,6 +164,19 @@ def test_seeds_needed_are_the_fewest_with_the_power():
     assert power_of_equivalence(0.0, 1.0, m, 0.05, 1.0) >= 0.8
     assert power_of_equivalence(0.0, 1.0, m - 1, 0.05, 1.0) < 0.8
     assert seeds_for_equivalence(1.0, 1.2, 1.0, 0.05, 0.8) is None  # outside the margin
+
+
+@pytest.mark.parametrize("first", [2, 3, 4, 5, 17, 64, 65, 127, 199, 200, 201])
+def test_the_fewest_seeds_search_finds_what_counting_up_finds(first):
+    asked = []
+
+    def enough(n: int) -> bool:
+        asked.append(n)
+        return n >= first
+
+    assert fewest_seeds(enough) == (first if first <= MAX_SEEDS else None)
+    assert all(n <= 2 * first for n in asked)  # the power is never asked far beyond the answer
+    assert len(asked) <= 2 * math.log2(MAX_SEEDS) + 2
 
 
 def test_seeds_for_equivalence_come_from_the_exact_tost_power_not_the_t_quantile_formula():
