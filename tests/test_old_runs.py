@@ -23,10 +23,9 @@ from scripts.average_checkpoints import main as average
 from scripts.evaluate import main as evaluate
 from scripts.hparams import write_hparams
 from scripts.report import main as report
-from tests.helpers import OLD_RUNS, REPO, compose_config, todays_frozen_run
+from tests.helpers import OLD_RUNS, REPO, TOY, compose_config, todays_frozen_run
 
 FORMATS = sorted(p.name for p in OLD_RUNS.iterdir() if (p / "built.json").is_file())
-TOY = "tests/data/toy"
 
 
 def built(name: str) -> dict:

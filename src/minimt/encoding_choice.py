@@ -27,8 +27,7 @@ def encoding_class(name: str) -> type[PositionalEncoding]:
     PositionalEncoding subclass is refused before anything of it is called."""
     if name in BUILT_IN_ENCODINGS:
         return BUILT_IN_ENCODINGS[name]
-    path = name
-    module_name, _, class_name = path.rpartition(".")
+    module_name, _, class_name = name.rpartition(".")
     if not module_name or not class_name:
         raise EncodingError(
             f"{name!r} is neither a built-in encoding ({', '.join(BUILT_IN_ENCODINGS)}) nor the "
@@ -38,15 +37,15 @@ def encoding_class(name: str) -> type[PositionalEncoding]:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise EncodingError(
-            f"cannot import {module_name} for {path} ({error}): put the folder that holds it on "
+            f"cannot import {module_name} for {name} ({error}): put the folder that holds it on "
             "PYTHONPATH, or name a built-in encoding"
         ) from None
     found = getattr(module, class_name, None)
     if found is None:
-        raise EncodingError(f"{module_name} has no {class_name}: check the spelling of {path}")
+        raise EncodingError(f"{module_name} has no {class_name}: check the spelling of {name}")
     if not (isinstance(found, type) and issubclass(found, PositionalEncoding)):
         raise EncodingError(
-            f"{path} is not a subclass of minimt.model.positions.PositionalEncoding, so it "
+            f"{name} is not a subclass of minimt.model.positions.PositionalEncoding, so it "
             "cannot serve as a positional encoding"
         )
     return found
