@@ -33,8 +33,8 @@ test-fast: setup
 
 # The fuzz suites with 20 times the cases of `make test`, freshly drawn on every run.
 fuzz: setup
-	MINIMT_FUZZ=long $(PY) -m pytest -q tests/test_fuzz_inputs.py tests/test_fuzz_run_directory.py \
-		tests/test_fuzz_config.py tests/test_fuzz_faults.py
+	MINIMT_FUZZ=long $(PY) -m pytest -q tests/test_fuzz_inputs.py tests/test_fuzz_config.py \
+		tests/faults/*_fuzz.py
 
 lint: setup
 	$(PY) -m ruff check src scripts tests

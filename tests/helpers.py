@@ -4,6 +4,7 @@ module or a subprocess, GPU marks, the jobs a sweep launches, fabricated finishe
 import importlib
 import json
 import os
+import runpy
 import subprocess
 import sys
 from functools import cache
@@ -19,6 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import HealthCheck, settings
 from omegaconf import DictConfig
 
+from minimt import atomic
 from minimt.data.batching import Batch, flat, flat_batch
 from minimt.model.positions import as_factory
 from minimt.model.transformer import Transformer
@@ -43,16 +45,73 @@ ON_CUDA = [
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
 ENV.pop("HYDRA_FULL_ERROR", None)
 
+# A script run as __main__ by `python -c PRELUDE + RUN_AS_MAIN <script> <args>`
+RUN_AS_MAIN = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
-def run_script(script: str, *args: str, stdin: bytes = b"", **env: str):
-    """Run REPO/scripts/<script> in a subprocess, one thread, stdin given, output captured."""
+# Tests run a script one of two ways: end to end in a subprocess (`run_script`, or
+# `script_command` for a process the test signals while it runs), or in this process
+# (`run_in_process`), where a test can patch what the script calls.
+
+
+def script_command(script: str, *args: str) -> list[str]:
+    """The command line running REPO/scripts/<script> (e.g. `translate.py`) with `args`."""
+    return [sys.executable, str(REPO / "scripts" / script), *args]
+
+
+def run_script(
+    script: str,
+    *args: str,
+    stdin: bytes | str = b"",
+    prelude: str = "",
+    timeout: float = 600,
+    **env: str,
+) -> subprocess.CompletedProcess:
+    """Run REPO/scripts/<script> in a subprocess with one torch thread and the system allocator,
+    `env` added to the environment; stdout and stderr captured, as text when `stdin` is text.
+    `prelude`: Python run first in that process, to patch what the script will call."""
+    command = script_command(script, *args)
+    if prelude:
+        command = [sys.executable, "-c", prelude + RUN_AS_MAIN, *command[1:]]
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args],
+        command,
         input=stdin,
         capture_output=True,
+        text=isinstance(stdin, str),
         env=ENV | env,
         cwd=REPO,
+        timeout=timeout,
     )
+
+
+def run_in_process(script: str, argv: list[str], capsys) -> tuple[int | str | None, str, str]:
+    """(exit status or message, stdout, stderr) of REPO/scripts/<script> run as __main__ in this
+    process with `argv`, without its allocator re-exec. The status is None when the script
+    returns; an exception escaping it comes back as `uncaught <type>: <message>` (the traceback a
+    user would see), never as an `error: ...` line."""
+    path = REPO / "scripts" / script
+    saved, sys.argv = sys.argv, [str(path), *argv]
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MINIMT_ALLOCATOR", "system")
+            runpy.run_path(str(path), run_name="__main__")
+        status = None
+    except SystemExit as exit:
+        status = exit.code
+    except (Exception, KeyboardInterrupt) as error:
+        status = f"uncaught {type(error).__name__}: {error}"
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def temp_files(*folders: Path) -> list[Path]:
+    """The temp files of atomic writes left under `folders`."""
+    return [path for folder in folders for path in folder.rglob(f"*{atomic.TEMP_SUFFIX}")]
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:
@@ -184,11 +243,6 @@ def causal_mask(n: int) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool).tril()
 
 
-def sweep_env() -> dict[str, str]:
-    """The environment of a sweep started by a test: one thread per run, no allocator re-exec."""
-    return os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
-
-
 def start_sweep(command: list[str]) -> subprocess.Popen:
     """Start a sweep's launcher in a session of its own (a signal to its group reaches only the
     sweep), its output and errors in one text stream."""
@@ -197,7 +251,7 @@ def start_sweep(command: list[str]) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=sweep_env(),
+        env=ENV,
         start_new_session=True,
     )
 

@@ -33,7 +33,7 @@ def leaf_keys(node, prefix: str = "") -> list[str]:
 
 
 SMOKE = compose_config("experiment=smoke")
-# data.url and data.dir are paths: tests/test_errors.py gives them bad ones.
+# data.url and data.dir are paths: tests/test_cli.py gives them bad ones.
 KEYS = [key for key in leaf_keys(SMOKE) if key not in ("data.url", "data.dir")]
 
 

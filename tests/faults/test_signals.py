@@ -1,19 +1,41 @@
-"""Signals and kill -9: a run stopped at any moment keeps a loadable checkpoint and resumes."""
+"""Stop signals (Ctrl-C, SIGTERM) and kill -9 at any moment: a training run keeps a loadable
+checkpoint and resumes, a stopped sweep saves every run it started and leaves nothing running,
+and a script ends in one line with exit status 130 or 143, no file half-written, no temp file."""
 
+import errno
 import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
+from minimt import allocator, atomic
 from minimt.checkpoint import load_checkpoint, step_checkpoints
-from minimt.signals import StopRequest, job_processes
-from tests.helpers import REPO, start_sweep, sweep_env, tiny_run_overrides
+from minimt.cli import one_line_errors
+from minimt.signals import (
+    StopRequest,
+    Terminated,
+    interrupted_line,
+    job_processes,
+    stop_signals_raise,
+)
+from tests.faults.inject import STATUS
+from tests.helpers import (
+    ENV,
+    run_in_process,
+    script_command,
+    start_sweep,
+    temp_files,
+    tiny_run_overrides,
+)
 
 
 def test_first_signal_is_a_request_and_a_second_ctrl_c_interrupts():
@@ -26,15 +48,35 @@ def test_first_signal_is_a_request_and_a_second_ctrl_c_interrupts():
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+def test_a_signal_after_the_training_loop_stops_at_once():
+    with pytest.raises(Terminated), StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # during the loop: noted, read at a step boundary
+        assert stop.signal == "SIGTERM"
+        stop.at_once()  # the loop is over: nothing reads it any more
+
+
+def test_ctrl_c_while_train_py_picks_its_allocator_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(allocator, "mimalloc_library", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        one_line_errors(allocator.reexec_with_mimalloc)()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err.startswith("interrupted (SIGINT)")
+
+
+# Training stopped, killed, and resumed
+
+
 def train_command(multi30k_dir, tmp_path, *overrides):
-    return [
-        sys.executable,
-        str(REPO / "scripts" / "train.py"),
+    return script_command(
+        "train.py",
         *tiny_run_overrides(
             multi30k_dir, tmp_path / "data", "trainer.save_every=5", "trainer.num_threads=1"
         ),
         *overrides,
-    ]
+    )
 
 
 def wait_for(predicate, process, timeout=120):
@@ -105,6 +147,9 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path, trial):
     assert torch.isfinite(saved["model"]["w"]).all()
 
 
+# Sweeps stopped, and resumed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("to_the_group", [False, True], ids=["sigterm_to_launcher", "ctrl_c"])
 def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_resumes(
@@ -152,7 +197,7 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
         [*rerun, f"trainer.max_steps={last + 1}"],
         capture_output=True,
         text=True,
-        env=sweep_env(),
+        env=ENV,
         timeout=300,
     )
     assert again.returncode == 0, again.stdout[-3000:]
@@ -190,9 +235,139 @@ def test_a_ctrl_c_to_a_sweep_of_submitit_jobs_lets_every_run_save_and_resumes(
     last = max(int(path.stem.removeprefix("step_")) for path in saved)
     rerun = [o for o in command if o != "trainer.max_steps=100000"]
     again = subprocess.run(
-        [*rerun, f"trainer.max_steps={last + 1}"], capture_output=True, text=True, env=sweep_env()
+        [*rerun, f"trainer.max_steps={last + 1}"], capture_output=True, text=True, env=ENV
     )
     assert again.returncode == 0, again.stdout[-3000:]
     run_logs = "".join(path.read_text() for path in sweep.glob(".submitit/*/*_log.out"))
     for path in saved:
         assert f"resumed from {path}" in run_logs
+
+
+# The key=value scripts stopped by a real signal at a write: the file it was writing is absent
+
+
+def stop_at_write(monkeypatch, k: int, stop: Callable[[], None]) -> None:
+    """Call `stop` at the k-th atomic write, once its temp file is written, before it is renamed."""
+    commit, calls = atomic._commit, []
+
+    def stopped(tmp: Path, path: Path) -> None:
+        calls.append(path)
+        if len(calls) == k:
+            stop()
+        commit(tmp, path)
+
+    monkeypatch.setattr(atomic, "_commit", stopped)
+
+
+def translate_case(run, tmp_path, sources):
+    out = tmp_path / "out.en"
+    return "translate.py", [f"run={run}", f"input={sources}", f"output={out}"], 1, [out]
+
+
+def evaluate_case(run, tmp_path, sources):
+    (tmp_path / "ref.en").write_text("A dog runs.\nTwo cats sleep.\n")
+    args = [f"run={run}", f"src={sources}", f"ref={tmp_path / 'ref.en'}", "beam=1"]
+    return "evaluate.py", [*args, f"out={tmp_path / 'hyp.en'}"], 2, []  # stopped at metrics.json
+
+
+def average_case(run, tmp_path, sources):
+    return (
+        "average_checkpoints.py",
+        [f"run={run}", "last=2"],
+        1,
+        [run / "checkpoints" / "averaged.pt"],
+    )
+
+
+def report_case(sweep, tmp_path):
+    out = tmp_path / "out"
+    return (
+        "report.py",
+        [f"sweep={sweep}", f"out={out}"],
+        2,
+        [out / "test_bleu.png", out / "report.md"],
+    )
+
+
+def collect_case(sweep, tmp_path):
+    dest = tmp_path / "dest"
+    return "collect_runs.py", [f"sweep={sweep}", f"dest={dest}"], 2, []  # at the first metrics.json
+
+
+@pytest.mark.parametrize("signum", STATUS, ids=lambda s: s.name)
+@pytest.mark.parametrize("case", [translate_case, evaluate_case, average_case])
+def test_a_signal_in_a_run_script_is_one_line_and_leaves_no_partial_file(
+    case, signum, run, tmp_path, sources, monkeypatch, capsys
+):
+    metrics = (run / "metrics.json").read_bytes()
+    script, argv, k, absent = case(run, tmp_path, sources)
+    stop_at_write(monkeypatch, k, lambda: os.kill(os.getpid(), signum))
+    status, _, err = run_in_process(script, argv, capsys)
+    assert_interrupted(status, err, signum)
+    assert not [path for path in absent if path.exists()]
+    assert (run / "metrics.json").read_bytes() == metrics
+    assert temp_files(run, tmp_path) == []
+
+
+@pytest.mark.parametrize("signum", STATUS, ids=lambda s: s.name)
+@pytest.mark.parametrize("case", [report_case, collect_case])
+def test_a_signal_in_a_study_script_is_one_line_and_leaves_no_partial_file(
+    case, signum, sweep, tmp_path, monkeypatch, capsys
+):
+    drawing = tmp_path / "system_temp"  # where the report draws its plots
+    drawing.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(drawing))
+    script, argv, k, absent = case(sweep, tmp_path)
+    stop_at_write(monkeypatch, k, lambda: os.kill(os.getpid(), signum))
+    status, _, err = run_in_process(script, argv, capsys)
+    assert_interrupted(status, err, signum)
+    assert not [path for path in absent if path.exists()]
+    assert not list((tmp_path / "dest").rglob("metrics.json"))  # no run half-collected
+    assert temp_files(tmp_path) == [] and list(drawing.iterdir()) == []
+
+
+def assert_interrupted(status, err: str, signum: signal.Signals) -> None:
+    assert status == STATUS[signum], err
+    assert "Traceback" not in err, err
+    assert err.endswith(interrupted_line(signum) + "\n"), err
+    assert err.count("interrupted") == 1, err
+
+
+def test_a_second_signal_while_the_first_unwinds_is_ignored_until_it_is_done():
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = False
+    with pytest.raises(Terminated), stop_signals_raise():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while a temp file is removed
+            cleaned = True
+    assert cleaned and signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("signum", STATUS, ids=lambda s: s.name)
+def test_a_signal_from_outside_stops_translate_with_its_status(signum, run, tmp_path):
+    fifo, out = tmp_path / "input.de", tmp_path / "out.en"
+    os.mkfifo(fifo)
+    command = script_command("translate.py", f"run={run}")
+    process = subprocess.Popen(
+        [*command, f"input={fifo}", f"output={out}"], stderr=subprocess.PIPE, env=ENV, text=True
+    )
+    writer = open_when_read(fifo, process)  # the model is loaded: it waits for its input
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    os.close(writer)
+    assert_interrupted(process.returncode, err, signum)
+    assert not out.exists() and temp_files(tmp_path) == []
+
+
+def open_when_read(fifo: Path, process: subprocess.Popen, timeout: float = 60) -> int:
+    """Open `fifo` for writing once `process` has opened it for reading."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:  # ENXIO: no reader yet
+            assert error.errno == errno.ENXIO and process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline, "translate.py never opened its input"
+            time.sleep(0.05)
