@@ -87,11 +87,12 @@ def run_script(
     )
 
 
-def run_in_process(script: str, argv: list[str], capsys) -> tuple[int | str | None, str, str]:
+def run_in_process(script: str, argv: list[str], capsys=None) -> tuple[int | str | None, str, str]:
     """(exit status or message, stdout, stderr) of REPO/scripts/<script> run as __main__ in this
-    process with `argv`, without its allocator re-exec. The status is None when the script
-    returns; an exception escaping it comes back as `uncaught <type>: <message>` (the traceback a
-    user would see), never as an `error: ...` line."""
+    process with `argv`, without its allocator re-exec; stdout and stderr as `capsys` captured
+    them (empty without it). The status is None when the script returns; an exception escaping
+    it comes back as `uncaught <type>: <message>` (the traceback a user would see), never as an
+    `error: ...` line."""
     path = REPO / "scripts" / script
     saved, sys.argv = sys.argv, [str(path), *argv]
     try:
@@ -105,7 +106,7 @@ def run_in_process(script: str, argv: list[str], capsys) -> tuple[int | str | No
         status = f"uncaught {type(error).__name__}: {error}"
     finally:
         sys.argv = saved
-    out, err = capsys.readouterr()
+    out, err = capsys.readouterr() if capsys else ("", "")
     return status, out, err
 
 

@@ -1,8 +1,6 @@
 import json
-import subprocess
-import sys
 
-from tests.helpers import REPO, load_script
+from tests.helpers import load_script, run_script
 
 budget = load_script("scripts/bench/budget_table.py")
 budget_table, differing_settings, flat_settings = (
@@ -47,22 +45,13 @@ def test_the_script_names_rows_after_files_and_directories(tmp_path):
     (tmp_path / "run_b" / "metrics.json").write_text(json.dumps(metrics(2e-3, "b", 810, 37.5)))
     (tmp_path / "base_metrics.json").write_text(json.dumps(metrics(1e-3, "a", 822, 33.97)))
     runs = f"runs=[{tmp_path / 'base_metrics.json'},{tmp_path / 'run_b'}]"
-    result = subprocess.run(
-        [sys.executable, "scripts/bench/budget_table.py", runs],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
+    result = run_script("bench/budget_table.py", runs, stdin="")
     assert result.returncode == 0, result.stderr
     names = [line.split(" | ")[0] for line in result.stdout.splitlines()[2:]]
     assert names == ["| base", "| run_b"]
 
 
 def test_the_script_names_an_unreadable_entry(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "scripts/bench/budget_table.py", f"runs=[{tmp_path / 'absent'}]"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
+    absent = f"runs=[{tmp_path / 'absent'}]"
+    result = run_script("bench/budget_table.py", absent, stdin="")
     assert result.returncode != 0 and "absent" in result.stderr

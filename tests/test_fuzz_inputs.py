@@ -7,10 +7,8 @@ tries the same cases on every run, `make fuzz` many more, freshly drawn.
 
 import gzip
 import io
-import os
-import runpy
+import re
 import subprocess
-import sys
 import unicodedata
 
 import pytest
@@ -24,7 +22,13 @@ from minimt.data.corpus import DataError, read_lines, read_parallel, text_lines
 from minimt.data.splits import load_text_splits
 from minimt.data.tokenizer import SPECIAL_TOKENS, TokenizerPair, train_bpe
 from minimt.translator import Translator
-from tests.helpers import REPO, compose_config, fuzz_settings, tiny_transformer
+from tests.helpers import (
+    compose_config,
+    fuzz_settings,
+    run_in_process,
+    run_script,
+    tiny_transformer,
+)
 
 TRICKY_PIECES = [
     "\x00", "\t", "\r", "\n", "\r\n", "\x0b", "\x1b[31m", "\x7f", "\x85", "\u2028", "\ufeff",
@@ -50,7 +54,6 @@ HOSTILE_BYTES = st.one_of(
 )
 
 GERMAN = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball.", "Kinder im Schnee."]
-TRANSLATE_SCRIPT = runpy.run_path(str(REPO / "scripts" / "translate.py"))
 
 
 @pytest.fixture(scope="module")
@@ -258,29 +261,24 @@ def test_translate_script_reads_each_line_or_exits_naming_the_bad_one(data):
         assert lines == expected
 
 
-def test_translate_script_names_a_missing_input_file(run_dir, tmp_path):
-    with pytest.raises(SystemExit, match=r"cannot read input=.*missing\.de \(No such file"):
-        TRANSLATE_SCRIPT["main"]([f"run={run_dir}", f"input={tmp_path / 'missing.de'}"])
+def test_translate_script_names_a_missing_input_file(run_dir, tmp_path, capsys):
+    argv = [f"run={run_dir}", f"input={tmp_path / 'missing.de'}"]
+    status, _, _ = run_in_process("translate.py", argv, capsys)
+    assert re.search(r"cannot read input=.*missing\.de \(No such file", str(status)), status
 
 
-def test_translate_script_turns_an_empty_file_into_an_empty_file(run_dir, tmp_path):
+def test_translate_script_turns_an_empty_file_into_an_empty_file(run_dir, tmp_path, capsys):
     source, out = tmp_path / "empty.de", tmp_path / "empty.en"
     source.write_bytes(b"")
-    TRANSLATE_SCRIPT["main"]([f"run={run_dir}", f"input={source}", f"output={out}"])
+    argv = [f"run={run_dir}", f"input={source}", f"output={out}"]
+    assert run_in_process("translate.py", argv, capsys)[0] is None
     assert out.read_bytes() == b""
 
 
 def translate_in_a_subprocess(run_dir, stdin: bytes) -> subprocess.CompletedProcess:
     # An ASCII stdout: the output must be UTF-8 whatever the locale, as the input is.
-    env = os.environ | {"PYTHONIOENCODING": "ascii", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "scripts/translate.py", f"run={run_dir}", "device=cpu"],
-        cwd=REPO,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        timeout=120,
-    )
+    args = f"run={run_dir}", "device=cpu"
+    return run_script("translate.py", *args, stdin=stdin, timeout=120, PYTHONIOENCODING="ascii")
 
 
 def test_translate_script_exits_with_one_line_naming_a_binary_line(run_dir):

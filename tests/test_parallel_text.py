@@ -3,26 +3,13 @@ HPARAMS), evaluate and translate, on the toy corpus committed under tests/data/t
 
 import contextlib
 import json
-import subprocess
-import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.helpers import REPO, TOY
+from tests.helpers import TOY, run_script
 
 pytestmark = pytest.mark.slow
-
-
-def run_script(script: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +30,7 @@ def toy_run(tmp_path_factory):
         "trainer.max_steps=40",
         "trainer.val_every=20",
         f"hydra.run.dir={root / 'run'}",
+        stdin="",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "run"
@@ -62,7 +50,7 @@ def test_a_parallel_text_run_writes_metrics_json_and_hparams(toy_run):
 
 
 def test_evaluate_scores_a_parallel_text_run_on_its_own_test_set(toy_run):
-    done = run_script("evaluate.py", f"run={toy_run}", "beam=[1,2]")
+    done = run_script("evaluate.py", f"run={toy_run}", "beam=[1,2]", stdin="")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "nrefs:1" in done.stdout
     evaluated = json.loads((toy_run / "metrics.json").read_text())["eval"]
@@ -70,7 +58,7 @@ def test_evaluate_scores_a_parallel_text_run_on_its_own_test_set(toy_run):
 
 
 def test_evaluate_names_the_splits_a_parallel_text_run_has(toy_run):
-    done = run_script("evaluate.py", f"run={toy_run}", "split=[test_2016_flickr]")
+    done = run_script("evaluate.py", f"run={toy_run}", "split=[test_2016_flickr]", stdin="")
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "test_2016_flickr" in done.stderr and "val, test" in done.stderr
 

@@ -2,24 +2,17 @@
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.helpers import REPO
+from tests.helpers import run_script
 
 pytestmark = pytest.mark.slow  # real training runs
 
 
-def script(name, *args, stdin=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, f"scripts/{name}.py", *args],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-    )
+def script(name: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return run_script(f"{name}.py", *args, stdin=stdin, timeout=300)
 
 
 def test_translate_keeps_line_alignment_with_empty_lines(smoke_run):

@@ -3,7 +3,6 @@ has its own fixed directory, and a sweep run again skips finished runs and resum
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.config import ConfigError, validate_config
 from minimt.rundir import finished_run, interrupted_run
-from tests.helpers import REPO, compose_config, sweep_jobs, tiny_run_overrides
+from tests.helpers import REPO, compose_config, run_script, sweep_jobs, tiny_run_overrides
 
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 BALANCE_ARMS = {"fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal"}
@@ -202,14 +201,7 @@ def test_step_checkpoints_without_metrics_json_are_an_interrupted_run(tmp_path):
 
 def train_script(*args: str) -> subprocess.CompletedProcess:
     """scripts/train.py in a fresh process; its log (Hydra's console handler) in .stdout."""
-    return subprocess.run(
-        [sys.executable, "scripts/train.py", *args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=600,
-    )
+    return run_script("train.py", *args, stdin="")
 
 
 def snapshot(folder: Path) -> dict:
@@ -229,7 +221,7 @@ def test_train_py_skips_a_finished_run_without_training_or_touching_it(tmp_path)
     write_step_checkpoint(run_dir, 100)
     before = snapshot(run_dir)
     done = train_script(*overrides, f"hydra.run.dir={run_dir}")
-    assert done.returncode == 0, done.stdout[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
     assert f"skipped: {run_dir} already finished" in done.stdout
     assert snapshot(run_dir) == before
     assert not (tmp_path / "data").exists()
@@ -249,7 +241,7 @@ def test_a_smoke_length_split_sweep_run_again_skips_finished_runs_and_resumes_th
         f"hydra.sweep.dir={sweep_dir}",
     ]
     first = train_script(*command)
-    assert first.returncode == 0, first.stdout[-3000:]
+    assert first.returncode == 0, first.stderr[-3000:]
     runs = [sweep_dir / "length_alibi" / "seed1", sweep_dir / "length_learned" / "seed1"]
     metrics = [json.loads((run / "metrics.json").read_text()) for run in runs]
     assert [m["steps"] for m in metrics] == [20, 20]
@@ -260,7 +252,7 @@ def test_a_smoke_length_split_sweep_run_again_skips_finished_runs_and_resumes_th
     (runs[1] / "metrics.json").unlink()  # as if stopped after its last checkpoint
 
     again = train_script(*command)
-    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.returncode == 0, again.stderr[-3000:]
     assert f"skipped: {runs[0]} already finished" in again.stdout
     assert snapshot(runs[0]) == finished
     assert f"resumed from {runs[1] / 'checkpoints' / 'step_20.pt'}" in again.stdout

@@ -5,7 +5,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -23,7 +22,14 @@ from minimt.train.loop import train
 from minimt.train.progress import samples_table
 from minimt.train.step import SummedLoss, inverse_sqrt_lr, train_step
 from minimt.translator import Translator
-from tests.helpers import REPO, TOY, collate, compose_config, tiny_transformer, toy_run_overrides
+from tests.helpers import (
+    TOY,
+    collate,
+    compose_config,
+    run_script,
+    tiny_transformer,
+    toy_run_overrides,
+)
 
 
 def test_inverse_sqrt_schedule_closed_form():
@@ -286,14 +292,8 @@ def test_mismatched_line_counts_stop_before_training(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def run_cli(*args, timeout=120):
-    return subprocess.run(
-        [sys.executable, "scripts/train.py", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return run_script("train.py", *args, stdin="", timeout=120)
 
 
 def test_cli_rejects_an_unknown_positional_encoding_naming_the_choices(tmp_path):

@@ -15,7 +15,6 @@ import io
 import itertools
 import math
 import os
-import runpy
 import shutil
 import sys
 from pathlib import Path
@@ -28,20 +27,17 @@ from omegaconf import OmegaConf
 
 from minimt.checkpoint import load_checkpoint, tensors_in
 from minimt.train.loop import train
+from scripts import average_checkpoints, evaluate, translate
 from tests.helpers import (
-    REPO,
     compose_config,
     error_line,
     fuzz_settings,
+    run_in_process,
     run_script,
     tiny_run_overrides,
 )
 
-MODULES = {
-    name: runpy.run_path(str(REPO / "scripts" / f"{name}.py"))
-    for name in ("translate", "evaluate", "average_checkpoints")
-}
-SCRIPTS = {name: module["main"] for name, module in MODULES.items()}
+SCRIPTS = {"translate": translate, "evaluate": evaluate, "average_checkpoints": average_checkpoints}
 RUN_FILES = [
     ".hydra/config.yaml",
     "tokenizer.json",
@@ -150,12 +146,8 @@ def run_command(command: str, run: Path, inputs: tuple[Path, Path], out: Path) -
         "evaluate": [f"src={inputs[0]}", f"ref={inputs[1]}", f"out={out}", "device=cpu"],
         "average_checkpoints": [],
     }[script]
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            SCRIPTS[script]([f"run={run}", *args, *files])
-    except SystemExit as exit:
-        return str(exit)
-    return None
+    status, _, _ = run_in_process(f"{script}.py", [f"run={run}", *args, *files])
+    return None if status is None else str(status)
 
 
 def result_of(command: str, run: Path, out: Path) -> str:
@@ -203,7 +195,7 @@ def test_a_damaged_run_gives_the_right_output_or_one_line_naming_the_file(
     assert snapshot(run) == before, "a failed command changed the run directory"
 
 
-ARGUMENTS = [(name, key) for name, module in MODULES.items() for key in module["DEFAULTS"]]
+ARGUMENTS = [(name, key) for name, module in SCRIPTS.items() for key in module.DEFAULTS]
 BAD_ARGUMENTS = st.sampled_from(
     [
         "abc",
@@ -239,11 +231,10 @@ def test_any_argument_value_runs_or_ends_in_one_line_naming_it(
     }[script] | {"run": run, key: value}
     stdin = io.TextIOWrapper(io.BytesIO(GERMAN.encode()))
     stdout = io.TextIOWrapper(io.BytesIO())
-    try:
-        with contextlib.redirect_stdout(stdout), patched_stdin(stdin), inside(work):
-            SCRIPTS[script]([f"{k}={v}" for k, v in given.items()])
-    except SystemExit as exit:
-        message = str(exit)
+    with contextlib.redirect_stdout(stdout), patched_stdin(stdin), inside(work):
+        status, _, _ = run_in_process(f"{script}.py", [f"{k}={v}" for k, v in given.items()])
+    if status is not None:
+        message = str(status)
         assert message.startswith("error: ") and "\n" not in message, message
         assert key in message or str(value) in message, message
 
