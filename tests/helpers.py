@@ -1,5 +1,6 @@
-"""Shared test helpers: the real Hydra config, tiny models (for decoding too), a script as a
-module or a subprocess, GPU marks, the jobs a sweep launches, fabricated finished study runs."""
+"""Shared test helpers: the real Hydra config, tiny models (for decoding too), a script run in a
+subprocess or in this process, GPU marks, the jobs a sweep launches, fabricated finished study
+runs."""
 
 import importlib
 import json
