@@ -5,12 +5,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from minimt import pe_section
 from minimt.config import (
     ConfigError,
     build_model,
     resume_mismatches,
     validate_config,
 )
+from minimt.encoding_choice import encoding_class
 from minimt.model.positions import (
     AlibiBias,
     LearnedPositions,
@@ -18,7 +20,8 @@ from minimt.model.positions import (
     RotaryPositions,
     SinusoidalPositions,
 )
-from tests.helpers import REPO, compose_config
+from minimt.train.loop import train
+from tests.helpers import REPO, compose_config, toy_run_overrides
 
 VOCAB = 300
 SMALL = ["model.d_model=32", "model.d_ff=64", "model.n_heads=4"]  # d_head 8
@@ -199,3 +202,19 @@ def test_every_pe_and_arm_file_checks_and_builds_a_model(group, name):
     model = build(f"{group}={name}")
     src = torch.randint(4, VOCAB, (2, 6))
     assert torch.isfinite(model(src, src)).all()
+
+
+def test_a_training_run_reads_each_side_s_encoding_once(tmp_path, monkeypatch):
+    # The config check and the model share one reading of the pe section: an import path is
+    # resolved once per side, not once by the check and again by the builder.
+    resolved = []
+
+    def counted(name: str) -> type:
+        resolved.append(name)
+        return encoding_class(name)
+
+    monkeypatch.setattr(pe_section, "encoding_class", counted)
+    overrides = "pe.decoder=learned", "trainer.max_steps=2", "views=false"
+    cfg = compose_config(*toy_run_overrides(tmp_path / "data", *overrides))
+    train(cfg, tmp_path / "run", [])
+    assert resolved == ["sinusoidal", "learned"]

@@ -11,9 +11,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from minimt.checkpoint import config_mismatches, run_dir_of
 from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
+from minimt.encoding_choice import EncodingChoice
 from minimt.errors import ConfigError
 from minimt.model.transformer import Transformer
-from minimt.pe_section import encoding_choices, encoding_problems
+from minimt.pe_section import encoding_choices, encoding_problems, side_choices
 from minimt.runtime import parallel_jobs
 
 # What a checkpoint's weights depend on: a model built with other values cannot load them.
@@ -192,8 +193,10 @@ RULES: dict[str, Rule] = {
 }
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Raise ConfigError listing every bad value in `cfg` (all at once, so one fix-up round)."""
+def validate_config(cfg: DictConfig) -> tuple[EncodingChoice, EncodingChoice]:
+    """Raise ConfigError listing every bad value in `cfg` (all at once, so one fix-up round);
+    else return the encoder's and the decoder's positions as the checked `pe` section chose
+    them, for build_model (the section is read once)."""
     problems = [
         f"{key} must be set (it has no default)" for key in sorted(OmegaConf.missing_keys(cfg))
     ]
@@ -203,12 +206,18 @@ def validate_config(cfg: DictConfig) -> None:
         if problem:
             problems.append(f"{key}={value!r} {problem}")
     if not problems:  # the checks across keys need each key's own value to be sound
-        problems = _cross_key_problems(cfg)
+        section_problems, choices = side_choices(cfg.pe)
+        problems = _cross_key_problems(cfg, section_problems, choices)
     if problems:
         raise ConfigError("bad config value(s):\n  " + "\n  ".join(problems))
+    return choices["encoder"], choices["decoder"]
 
 
-def _cross_key_problems(cfg: DictConfig) -> list[str]:
+def _cross_key_problems(
+    cfg: DictConfig, section_problems: list[str], choices: dict[str, EncodingChoice]
+) -> list[str]:
+    """The problems across keys; the pe section's own (side_choices) where d_model / n_heads let
+    its encodings be checked against the model."""
     problems = []
     share = cfg.embedding.share
     if tying_level(share) == "all" and not cfg.tokenizer.joint:
@@ -225,7 +234,7 @@ def _cross_key_problems(cfg: DictConfig) -> list[str]:
     if d_model % n_heads:
         problems.append(f"model.d_model={d_model} must be divisible by model.n_heads={n_heads}")
     else:
-        problems += encoding_problems(cfg)
+        problems += section_problems or encoding_problems(cfg, choices)
     if cfg.data.max_train_len + 1 > cfg.model.max_seq_len:
         problems.append(
             f"data.max_train_len={cfg.data.max_train_len} needs model.max_seq_len >= "
@@ -296,11 +305,18 @@ def leaf_keys(node: object, prefix: str) -> list[str]:
     ]
 
 
-def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
+def build_model(
+    cfg: DictConfig,
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    positions: tuple[EncodingChoice, EncodingChoice] | None = None,
+) -> Transformer:
     """The model a config describes: the one place where config keys become the model's
-    arguments (and the only place a name changes)."""
+    arguments (and the only place a name changes). `positions`: the encoder's and decoder's
+    positions validate_config returned for `cfg`; without them (a saved run's config) they are
+    read from cfg.pe."""
     share_embeddings, tie_output = SHARE_LEVELS[tying_level(cfg.embedding.share)]
-    src_positions, tgt_positions = encoding_choices(cfg.pe)
+    src_positions, tgt_positions = positions or encoding_choices(cfg.pe)
     model = cfg.model
     return Transformer(
         src_vocab_size,

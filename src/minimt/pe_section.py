@@ -87,14 +87,12 @@ def allowed(cls: type) -> str:
     return f"{class_path(cls)} ({f'options: {names}' if names else 'no options'})"
 
 
-def encoding_problems(cfg: DictConfig) -> list[str]:
-    """What stops each side's encoding from serving this model: the section's own problems
-    (side_choices), then the class's `problem(d_model, n_heads)` and any exception its
-    constructor raises, built on the CPU without touching the random streams (not on the meta
-    device: its first float64 arange imports torch._dynamo, a slow start for every script)."""
-    problems, choices = side_choices(cfg.pe)
-    if problems:
-        return problems
+def encoding_problems(cfg: DictConfig, choices: dict[str, EncodingChoice]) -> list[str]:
+    """What stops each side's encoding, as side_choices read it from cfg.pe, from serving this
+    model: the class's `problem(d_model, n_heads)` and any exception its constructor raises,
+    built on the CPU without touching the random streams (not on the meta device: its first
+    float64 arange imports torch._dynamo, a slow start for every script)."""
+    problems = []
     max_seq_len, d_model, n_heads = cfg.model.max_seq_len, cfg.model.d_model, cfg.model.n_heads
     sides: dict[EncodingChoice, list[str]] = {}
     for side, choice in choices.items():

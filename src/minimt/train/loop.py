@@ -22,6 +22,7 @@ from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.batching import Batch
 from minimt.data.splits import RunData, prepare_data
+from minimt.encoding_choice import EncodingChoice
 from minimt.errors import MinimtError
 from minimt.provenance import record_start, session
 from minimt.rundir import tokenizer_digest
@@ -86,24 +87,31 @@ def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> d
     configs' ${minimt.*} interpolations here as under scripts/train.py.
     """
     register_resolvers()
-    validate_config(cfg)
+    positions = validate_config(cfg)
     dist = Distributed.from_env(pick_device(cfg.trainer.device))
     try:
         if not dist.is_main:
             logging.getLogger("minimt").setLevel(logging.WARNING)
         with PeakMemory() as memory:
-            return run_training(cfg, Path(dist.broadcast(str(run_dir))), dist, hooks, memory)
+            run_dir = Path(dist.broadcast(str(run_dir)))
+            return run_training(cfg, positions, run_dir, dist, hooks, memory)
     finally:
         dist.close()
 
 
 def run_training(
-    cfg: DictConfig, run_dir: Path, dist: Distributed, hooks: Sequence[Hook], memory: PeakMemory
+    cfg: DictConfig,
+    positions: tuple[EncodingChoice, EncodingChoice],
+    run_dir: Path,
+    dist: Distributed,
+    hooks: Sequence[Hook],
+    memory: PeakMemory,
 ) -> dict | None:
-    """This process's part of the run: set up, the loop, the final scores (rank 0); `memory` is
-    told the phase (setup, training, test decoding)."""
+    """This process's part of the run: set up, the loop, the final scores (rank 0); `positions`
+    are the sides' encodings validate_config read; `memory` is told the phase (setup, training,
+    test decoding)."""
     trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
-    data, training, state, translator, device = set_up(cfg, run_dir, dist)
+    data, training, state, translator, device = set_up(cfg, positions, run_dir, dist)
     resumed = cfg.resume is not None
     clock, last_saved = Clock(state.train_seconds), state.step if resumed else -1
     window, nonfinite_in_a_row = Window(), 0
@@ -218,7 +226,12 @@ class Setup(NamedTuple):
     device: torch.device
 
 
-def set_up(cfg: DictConfig, run_dir: Path, dist: Distributed) -> Setup:
+def set_up(
+    cfg: DictConfig,
+    positions: tuple[EncodingChoice, EncodingChoice],
+    run_dir: Path,
+    dist: Distributed,
+) -> Setup:
     """Seeds, threads and device; the data (rank 0 first: it writes the caches); the model,
     optimizer and loss; the state, new or resumed from cfg.resume; the translator."""
     trainer = cfg.trainer
@@ -231,7 +244,7 @@ def set_up(cfg: DictConfig, run_dir: Path, dist: Distributed) -> Setup:
         data.tokenizers.save(run_dir)
         remove_temp_files(run_dir / "checkpoints")
     vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
-    training = build_training(cfg, *vocab, device, dist.wrap)
+    training = build_training(cfg, *vocab, device, dist.wrap, positions=positions)
     if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
         torch.manual_seed(trainer.seed * 1000 + dist.rank)
     state = (

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from minimt.config import build_model
 from minimt.data.batching import Batch
+from minimt.encoding_choice import EncodingChoice
 from minimt.model.loss import label_smoothed_cross_entropy
 from minimt.model.transformer import Transformer
 from minimt.runtime import precision_autocast, resolve_precision
@@ -88,12 +89,15 @@ def build_training(
     tgt_vocab_size: int,
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
+    *,
+    positions: tuple[EncodingChoice, EncodingChoice] | None = None,
 ) -> Training:
     """The configured model on `device`, its optimizer, LR schedule and loss: `wrap`ped (DDP),
-    then compiled with dynamic shapes (batches differ in length) when trainer.compile."""
+    then compiled with dynamic shapes (batches differ in length) when trainer.compile.
+    `positions`: the sides' encodings validate_config returned (else read from cfg.pe)."""
     precision = resolve_precision(cfg.trainer.precision, device)
     autocast = precision_autocast(precision, device)
-    model = build_model(cfg, src_vocab_size, tgt_vocab_size).to(device)
+    model = build_model(cfg, src_vocab_size, tgt_vocab_size, positions).to(device)
     optimizer, scheduler = make_optimizer(model, cfg.trainer)
     loss_fn = wrap(SummedLoss(model, cfg.trainer.label_smoothing, autocast))
     if cfg.trainer.compile:
