@@ -11,7 +11,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from minimt.checkpoint import config_mismatches, run_dir_of
 from minimt.data.length_split import AS_LENGTH_SPLIT
 from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
-from minimt.encoding_choice import EncodingChoice
+from minimt.encoding_choice import EncodingChoice, SidePositions
 from minimt.errors import ConfigError
 from minimt.model.transformer import Transformer
 from minimt.pe_section import encoding_choices, encoding_problems, side_choices
@@ -193,7 +193,7 @@ RULES: dict[str, Rule] = {
 }
 
 
-def validate_config(cfg: DictConfig) -> tuple[EncodingChoice, EncodingChoice]:
+def validate_config(cfg: DictConfig) -> SidePositions:
     """Raise ConfigError listing every bad value in `cfg` (all at once, so one fix-up round);
     else return the encoder's and the decoder's positions as the checked `pe` section chose
     them, for build_model (the section is read once)."""
@@ -309,7 +309,7 @@ def build_model(
     cfg: DictConfig,
     src_vocab_size: int,
     tgt_vocab_size: int,
-    positions: tuple[EncodingChoice, EncodingChoice] | None = None,
+    positions: SidePositions | None = None,
 ) -> Transformer:
     """The model a config describes: the one place where config keys become the model's
     arguments (and the only place a name changes). `positions`: the encoder's and decoder's

@@ -98,6 +98,10 @@ class EncodingChoice:
         return self.cls(max_seq_len, d_model, n_heads, **dict(self.options))
 
 
+# The encoder's and the decoder's positions, each side's choice of the pe section
+SidePositions = tuple[EncodingChoice, EncodingChoice]
+
+
 def accepted_options(cls: type[PositionalEncoding]) -> dict[str, object]:
     """The keyword options `cls` takes, each with its annotation (inspect.Parameter.empty: none)."""
     try:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from minimt.encoding_choice import (
     EncodingChoice,
     EncodingError,
+    SidePositions,
     accepted_options,
     class_path,
     encoding_class,
@@ -24,7 +25,7 @@ from minimt.model.positions import BUILT_IN_ENCODINGS, PositionalEncoding
 SIDES = {"encoder": "encoder_options", "decoder": "decoder_options"}
 
 
-def encoding_choices(pe: DictConfig) -> tuple[EncodingChoice, EncodingChoice]:
+def encoding_choices(pe: DictConfig) -> SidePositions:
     """The encoder's and the decoder's encoding as the `pe` section chooses them; a ConfigError
     naming the key where a class cannot be found or does not take an option."""
     problems, choices = side_choices(pe)

@@ -22,7 +22,7 @@ from minimt.checkpoint import resume_checkpoint
 from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.batching import Batch
 from minimt.data.splits import RunData, prepare_data
-from minimt.encoding_choice import EncodingChoice
+from minimt.encoding_choice import SidePositions
 from minimt.errors import MinimtError
 from minimt.provenance import record_start, session
 from minimt.rundir import tokenizer_digest
@@ -101,7 +101,7 @@ def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> d
 
 def run_training(
     cfg: DictConfig,
-    positions: tuple[EncodingChoice, EncodingChoice],
+    positions: SidePositions,
     run_dir: Path,
     dist: Distributed,
     hooks: Sequence[Hook],
@@ -228,7 +228,7 @@ class Setup(NamedTuple):
 
 def set_up(
     cfg: DictConfig,
-    positions: tuple[EncodingChoice, EncodingChoice],
+    positions: SidePositions,
     run_dir: Path,
     dist: Distributed,
 ) -> Setup:

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from minimt.config import build_model
 from minimt.data.batching import Batch
-from minimt.encoding_choice import EncodingChoice
+from minimt.encoding_choice import SidePositions
 from minimt.model.loss import label_smoothed_cross_entropy
 from minimt.model.transformer import Transformer
 from minimt.runtime import precision_autocast, resolve_precision
@@ -90,7 +90,7 @@ def build_training(
     device: torch.device,
     wrap: Callable[[nn.Module], nn.Module] = lambda module: module,
     *,
-    positions: tuple[EncodingChoice, EncodingChoice] | None = None,
+    positions: SidePositions | None = None,
 ) -> Training:
     """The configured model on `device`, its optimizer, LR schedule and loss: `wrap`ped (DDP),
     then compiled with dynamic shapes (batches differ in length) when trainer.compile.
