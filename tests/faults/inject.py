@@ -55,6 +55,18 @@ def output_of(script: str, argv: list[str], capsys) -> tuple[int | str | None, s
     return status, out + err
 
 
+def run_with_fault(
+    script: str, trained: Path, work: Path, point: str, k: int, act: Callable[..., None], capsys
+) -> tuple[bool, int | str | None, str]:
+    """scripts/<script>.py run in this process on a copy of the trained run in work/run
+    (script_argv), `act` done at the k-th call of the hook point: whether the k-th call came,
+    the script's status, and its stdout and stderr as one text."""
+    shutil.copytree(trained / "run", work / "run")
+    with at_kth_call(point, k, act) as calls:
+        status, output = output_of(script, script_argv(script, trained, work), capsys)
+    return len(calls) >= k, status, output
+
+
 def assert_one_error_line(code, err: str) -> str:
     """The `error: ...` message a script exited with: one line, no traceback."""
     assert isinstance(code, str) and code.startswith("error: "), (code, err[-3000:])

@@ -3,7 +3,6 @@ script's normal output, or one line naming the path (exit status 1); no temp fil
 cached file half-written."""
 
 import os
-import shutil
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,12 +15,10 @@ from tests.faults.inject import (
     leftovers,
     output_of,
     refuse,
-    script_argv,
+    run_with_fault,
     train_argv,
 )
-from tests.helpers import (
-    fuzz_settings,
-)
+from tests.helpers import fuzz_settings
 
 
 @fuzz_settings(examples=5)
@@ -56,10 +53,8 @@ def test_a_script_with_a_refused_write_stops_in_one_line_naming_the_path(
     trained, tmp_path_factory, capsys, script, point, k, code
 ):
     work = tmp_path_factory.mktemp("refused")
-    shutil.copytree(trained / "run", work / "run")
-    with at_kth_call(point, k, refuse(code)) as calls:
-        status, err = output_of(script, script_argv(script, trained, work), capsys)
-    if len(calls) < k:
+    reached, status, err = run_with_fault(script, trained, work, point, k, refuse(code), capsys)
+    if not reached:
         assert status is None and "Traceback" not in err, err[-3000:]
         return
     line = assert_one_error_line(status, err)

@@ -6,9 +6,7 @@ living on."""
 
 import contextlib
 import os
-import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,13 +22,13 @@ from tests.faults.inject import (
     at_kth_call,
     leftovers,
     output_of,
-    script_argv,
+    run_with_fault,
     send,
     train_argv,
 )
 from tests.helpers import (
-    REPO,
     fuzz_settings,
+    script_command,
     start_sweep,
     tiny_run_overrides,
 )
@@ -70,11 +68,9 @@ def test_a_script_with_a_signal_at_a_hook_point_stops_in_one_line(
     trained, tmp_path_factory, capsys, script, point, k, signum
 ):
     work = tmp_path_factory.mktemp("signalled")
-    shutil.copytree(trained / "run", work / "run")
-    with at_kth_call(point, k, send(signum)) as calls:
-        status, err = output_of(script, script_argv(script, trained, work), capsys)
+    reached, status, err = run_with_fault(script, trained, work, point, k, send(signum), capsys)
     assert "Traceback" not in err, err[-3000:]
-    if len(calls) < k:
+    if not reached:
         assert status is None, err[-3000:]
     else:
         assert_ends_interrupted(status, err, signum)
@@ -99,7 +95,7 @@ def test_a_parallel_sweep_stopped_at_any_line_it_prints_leaves_nothing_running(
     process of the sweep is left."""
     sweep = tmp_path_factory.mktemp("stopped_sweep")
     overrides = tiny_run_overrides(multi30k_dir, trained / "data", "views=false")
-    command = [sys.executable, str(REPO / "scripts" / "train.py"), "-m", *overrides]
+    command = script_command("train.py", "-m", *overrides)
     command += ["trainer.max_steps=100000", "data.max_val_pairs=10", "trainer.num_threads=1"]
     command += [f"hydra/launcher={launcher}", "trainer.seed=1,2,3", f"hydra.sweep.dir={sweep}"]
     command.append("hydra.sweep.subdir=seed${trainer.seed}")
