@@ -93,25 +93,19 @@ def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> d
         if not dist.is_main:
             logging.getLogger("minimt").setLevel(logging.WARNING)
         with PeakMemory() as memory:
-            run_dir = Path(dist.broadcast(str(run_dir)))
-            return run_training(cfg, positions, run_dir, dist, hooks, memory)
+            setup = set_up(cfg, positions, Path(dist.broadcast(str(run_dir))), dist)
+            return run_training(cfg, setup, dist, hooks, memory)
     finally:
         dist.close()
 
 
 def run_training(
-    cfg: DictConfig,
-    positions: SidePositions,
-    run_dir: Path,
-    dist: Distributed,
-    hooks: Sequence[Hook],
-    memory: PeakMemory,
+    cfg: DictConfig, setup: Setup, dist: Distributed, hooks: Sequence[Hook], memory: PeakMemory
 ) -> dict | None:
-    """This process's part of the run: set up, the loop, the final scores (rank 0); `positions`
-    are the sides' encodings validate_config read; `memory` is told the phase (setup, training,
-    test decoding)."""
+    """This process's part of the run after its `setup`: the loop, the final scores (rank 0);
+    `memory` is told the phase (training, test decoding)."""
+    data, training, state, translator, device, run_dir = setup
     trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
-    data, training, state, translator, device = set_up(cfg, positions, run_dir, dist)
     resumed = cfg.resume is not None
     clock, last_saved = Clock(state.train_seconds), state.step if resumed else -1
     window, nonfinite_in_a_row = Window(), 0
@@ -224,6 +218,7 @@ class Setup(NamedTuple):
     state: TrainState
     translator: Translator
     device: torch.device
+    run_dir: Path
 
 
 def set_up(
@@ -232,8 +227,9 @@ def set_up(
     run_dir: Path,
     dist: Distributed,
 ) -> Setup:
-    """Seeds, threads and device; the data (rank 0 first: it writes the caches); the model,
-    optimizer and loss; the state, new or resumed from cfg.resume; the translator."""
+    """Seeds, threads and device; the data (rank 0 first: it writes the caches); the model
+    (its encodings: `positions`, as validate_config read them), optimizer and loss; the state,
+    new or resumed from cfg.resume; the translator; `run_dir`, where the run writes."""
     trainer = cfg.trainer
     seed_everything(trainer.seed)
     set_num_threads(job_num_threads(trainer.num_threads))
@@ -261,7 +257,7 @@ def set_up(
     translator.check_beams([cfg.decoding.test_beam], key="decoding.test_beam")
     if dist.is_main:
         log_start(training, device, trainer, dist.world_size)
-    return Setup(data, training, state, translator, device)
+    return Setup(data, training, state, translator, device, run_dir)
 
 
 def agree_to_stop(
