@@ -42,7 +42,7 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
         "benchmark.window_steps=3",
         "benchmark.matmul_size=512",
         "benchmark.repeats=1",
-        "benchmark.decode_sentences=50",
+        "benchmark.decode_sentences=20",
         "benchmark.profile_steps=2",
         "benchmark.profile_sentences=10",
         f"hydra.run.dir={out}",

@@ -236,6 +236,9 @@ def test_a_smoke_length_split_sweep_run_again_skips_finished_runs_and_resumes_th
         "-m",
         "sweep=length_split",
         *tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=20"),
+        "views=false",  # what is checked here is skipping and resuming: the views only cost time
+        "data.max_val_pairs=10",
+        "decoding.test_beam=1",
         "arm=length_alibi,length_learned",  # the controls' M is larger than smoke's data
         "trainer.seed=1",
         f"hydra.sweep.dir={sweep_dir}",

@@ -281,7 +281,13 @@ torch.save = save
 @pytest.mark.slow
 def test_a_disk_that_fills_up_while_training_says_how_to_resume(multi30k_dir, tmp_path):
     run = tmp_path / "run"
-    args = tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=30")
+    args = tiny_run_overrides(
+        multi30k_dir,
+        tmp_path / "data",
+        "trainer.max_steps=30",
+        "views=false",
+        "data.max_val_pairs=10",
+    )
     args.append(f"hydra.run.dir={run}")
     stopped = run_script("train.py", *args, prelude=FILLS_AT_STEP_20)
     line = error_line(stopped)

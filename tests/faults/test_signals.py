@@ -90,7 +90,8 @@ def wait_for(predicate, process, timeout=120):
 @pytest.mark.slow
 def test_sigterm_then_kill_9_then_resume_finishes_the_run(multi30k_dir, tmp_path):
     run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
-    endless = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000")
+    quick = ["views=false", "data.max_val_pairs=10"]  # the final validation: kept short
+    endless = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000", *quick)
     process = subprocess.Popen(
         [*endless, f"hydra.run.dir={run}"],
         stdout=subprocess.PIPE,
@@ -113,7 +114,7 @@ def test_sigterm_then_kill_9_then_resume_finishes_the_run(multi30k_dir, tmp_path
     newest = load_checkpoint(step_checkpoints(ckpts)[-1])
     assert newest["state"]["step"] > stopped_at
 
-    finish = train_command(multi30k_dir, tmp_path, "trainer.max_steps=60", f"resume={run}")
+    finish = train_command(multi30k_dir, tmp_path, "trainer.max_steps=60", *quick, f"resume={run}")
     subprocess.run(finish, check=True, capture_output=True, timeout=300)
     assert load_checkpoint(run / "checkpoints" / "step_60.pt")["state"]["step"] == 60
     assert (run / "metrics.json").is_file()
