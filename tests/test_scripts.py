@@ -58,15 +58,15 @@ def test_translate_rejects_an_unknown_argument(smoke_run):
 
 
 def test_evaluate_prints_the_table_and_appends_metrics(run_copy):
-    run_dir = run_copy
-    result = script("evaluate", f"run={run_dir}", "split=[val,test_2016_flickr]", "beam=[1,2]")
+    run_dir = run_copy  # test_2017_mscoco: the smallest test set (461 pairs)
+    result = script("evaluate", f"run={run_dir}", "split=[val,test_2017_mscoco]", "beam=[1,2]")
     assert result.returncode == 0, result.stderr.decode()
     stdout = result.stdout.decode()
     assert "nrefs:1" in stdout and stdout.count("best") == 4
     evaluated = json.loads((run_dir / "metrics.json").read_text())["eval"]
-    for key in ("val.beam1.best", "val.beam2.best", "test_2016_flickr.beam1.best"):
+    for key in ("val.beam1.best", "val.beam2.best", "test_2017_mscoco.beam1.best"):
         assert 0 <= evaluated[key]["bleu"] <= 100 and "nrefs:1" in evaluated[key]["signature"]
-    assert (run_dir / "hyps" / "test_2016_flickr.beam2.best.txt").is_file()
+    assert (run_dir / "hyps" / "test_2017_mscoco.beam2.best.txt").is_file()
 
 
 def test_averaged_checkpoint_is_written_and_evaluated(run_copy):
