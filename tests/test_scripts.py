@@ -75,10 +75,12 @@ def test_averaged_checkpoint_is_written_and_evaluated(run_copy):
     assert result.returncode == 0, result.stderr.decode()
     averaged = torch.load(run_dir / "checkpoints" / "averaged.pt", weights_only=True)
     assert averaged["averaged_from"] == ["step_75.pt", "step_100.pt", "step_120.pt"]
-    result = script("evaluate", f"run={run_dir}", "checkpoint=averaged", "beam=1")
+    result = script(
+        "evaluate", f"run={run_dir}", "checkpoint=averaged", "split=[test_2017_mscoco]", "beam=1"
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert (
-        "test_2016_flickr.beam1.averaged"
+        "test_2017_mscoco.beam1.averaged"
         in json.loads((run_dir / "metrics.json").read_text())["eval"]
     )
 
