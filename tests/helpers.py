@@ -174,6 +174,11 @@ def tiny_run_overrides(multi30k_dir, data_dir, *extra: str) -> list[str]:
     ]
 
 
+# For a run whose test reads neither its TensorBoard views nor its final validation's BLEU:
+# no views, and a final validation of 10 pairs.
+QUICK_FINISH = ("views=false", "data.max_val_pairs=10")
+
+
 TOY = REPO / "tests" / "data" / "toy"
 
 

@@ -11,7 +11,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from minimt.config import ConfigError, validate_config
 from minimt.rundir import finished_run, interrupted_run
-from tests.helpers import REPO, compose_config, run_script, sweep_jobs, tiny_run_overrides
+from tests.helpers import (
+    QUICK_FINISH,
+    REPO,
+    compose_config,
+    run_script,
+    sweep_jobs,
+    tiny_run_overrides,
+)
 
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 BALANCE_ARMS = {"fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal"}
@@ -236,8 +243,7 @@ def test_a_smoke_length_split_sweep_run_again_skips_finished_runs_and_resumes_th
         "-m",
         "sweep=length_split",
         *tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=20"),
-        "views=false",  # what is checked here is skipping and resuming: the views only cost time
-        "data.max_val_pairs=10",
+        *QUICK_FINISH,  # what is checked here is skipping and resuming
         "decoding.test_beam=1",
         "arm=length_alibi,length_learned",  # the controls' M is larger than smoke's data
         "trainer.seed=1",

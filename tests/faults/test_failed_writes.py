@@ -31,6 +31,7 @@ from minimt.errors import MinimtError
 from minimt.train.progress import event_write_faults
 from scripts import collect_runs
 from tests.helpers import (
+    QUICK_FINISH,
     REPO,
     error_line,
     run_in_process,
@@ -285,8 +286,7 @@ def test_a_disk_that_fills_up_while_training_says_how_to_resume(multi30k_dir, tm
         multi30k_dir,
         tmp_path / "data",
         "trainer.max_steps=30",
-        "views=false",
-        "data.max_val_pairs=10",
+        *QUICK_FINISH,
     )
     args.append(f"hydra.run.dir={run}")
     stopped = run_script("train.py", *args, prelude=FILLS_AT_STEP_20)

@@ -30,6 +30,7 @@ from minimt.signals import (
 from tests.faults.inject import STATUS
 from tests.helpers import (
     ENV,
+    QUICK_FINISH,
     run_in_process,
     script_command,
     start_sweep,
@@ -90,8 +91,7 @@ def wait_for(predicate, process, timeout=120):
 @pytest.mark.slow
 def test_sigterm_then_kill_9_then_resume_finishes_the_run(multi30k_dir, tmp_path):
     run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
-    quick = ["views=false", "data.max_val_pairs=10"]  # the final validation: kept short
-    endless = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000", *quick)
+    endless = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000", *QUICK_FINISH)
     process = subprocess.Popen(
         [*endless, f"hydra.run.dir={run}"],
         stdout=subprocess.PIPE,
@@ -114,7 +114,9 @@ def test_sigterm_then_kill_9_then_resume_finishes_the_run(multi30k_dir, tmp_path
     newest = load_checkpoint(step_checkpoints(ckpts)[-1])
     assert newest["state"]["step"] > stopped_at
 
-    finish = train_command(multi30k_dir, tmp_path, "trainer.max_steps=60", *quick, f"resume={run}")
+    finish = train_command(
+        multi30k_dir, tmp_path, "trainer.max_steps=60", *QUICK_FINISH, f"resume={run}"
+    )
     subprocess.run(finish, check=True, capture_output=True, timeout=300)
     assert load_checkpoint(run / "checkpoints" / "step_60.pt")["state"]["step"] == 60
     assert (run / "metrics.json").is_file()
@@ -163,8 +165,7 @@ def test_a_stopped_parallel_sweep_saves_every_run_leaves_nothing_running_and_res
         script,
         "-m",  # before the overrides, as argparse wants it
         *overrides,
-        "views=false",
-        "data.max_val_pairs=10",  # the final validation of each run: kept short
+        *QUICK_FINISH,
         "hydra/launcher=parallel",
         "trainer.seed=1,2,3",  # two at a time: the third must never start
         f"hydra.sweep.dir={sweep}",
@@ -217,7 +218,7 @@ def test_a_ctrl_c_to_a_sweep_of_submitit_jobs_lets_every_run_save_and_resumes(
     kill it a second later."""
     sweep = tmp_path / "sweep"
     python, script, *overrides = train_command(multi30k_dir, tmp_path, "trainer.max_steps=100000")
-    command = [python, script, "-m", *overrides, "views=false", "data.max_val_pairs=10"]
+    command = [python, script, "-m", *overrides, *QUICK_FINISH]
     command += ["hydra/launcher=submitit_local", "trainer.seed=1,2", f"hydra.sweep.dir={sweep}"]
     command.append("hydra.sweep.subdir=seed${trainer.seed}")
     launcher = start_sweep(command)

@@ -27,6 +27,7 @@ from tests.faults.inject import (
     train_argv,
 )
 from tests.helpers import (
+    QUICK_FINISH,
     fuzz_settings,
     script_command,
     start_sweep,
@@ -94,9 +95,9 @@ def test_a_parallel_sweep_stopped_at_any_line_it_prints_leaves_nothing_running(
     it started keeps a checkpoint that loads (or none, if stopped before its first save), and no
     process of the sweep is left."""
     sweep = tmp_path_factory.mktemp("stopped_sweep")
-    overrides = tiny_run_overrides(multi30k_dir, trained / "data", "views=false")
+    overrides = tiny_run_overrides(multi30k_dir, trained / "data", *QUICK_FINISH)
     command = script_command("train.py", "-m", *overrides)
-    command += ["trainer.max_steps=100000", "data.max_val_pairs=10", "trainer.num_threads=1"]
+    command += ["trainer.max_steps=100000", "trainer.num_threads=1"]
     command += [f"hydra/launcher={launcher}", "trainer.seed=1,2,3", f"hydra.sweep.dir={sweep}"]
     command.append("hydra.sweep.subdir=seed${trainer.seed}")
     launcher = start_sweep(command)
