@@ -5,6 +5,7 @@ byte for byte, collected runs."""
 import csv
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -328,23 +329,44 @@ def test_an_arm_no_question_covers_is_compared_on_all_its_paired_seeds_naming_th
     assert "unpaired, left out: fairseq_learned (5)" in build_markdown(report)
 
 
+NOISE = [0.3, -0.4, 0.1, 0.5, -0.2, 0.4, -0.5, 0.2]  # a seed's BLEU noise, arms offset in it
+
+
+def write_q8_runs(sweep: Path, bleu: dict[tuple[str, int], float]) -> None:
+    """Runs of experiment=study_cpu scoring bleu[arm, seed] on Q8's endpoint (pooled_long)."""
+    protocol = {"experiment": "study_cpu", "precision": "fp32", "device": "cpu"}
+    for (arm, seed), score in bleu.items():
+        run = sweep / arm / f"seed{seed}"
+        write_run(run, arm, seed, protocol, score)
+        metrics = json.loads((run / "metrics.json").read_text())
+        metrics["test"]["pooled_long"] = metrics["test"]["test"]
+        (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+Q8_ARMS = {"length_sinusoidal": 0.0, "length_rms_learned": 0.2, "length_rope": 0.5}
+Q8_ARMS["length_alibi"] = -0.3  # each arm's shift from 25 BLEU, before a seed's noise
+
+
+def q8_bleu(seeds_of: dict[str, range]) -> dict[tuple[str, int], float]:
+    return {
+        (arm, seed): 25.0 + Q8_ARMS[arm] + NOISE[(seed + len(arm)) % 8]
+        for arm, seeds in seeds_of.items()
+        for seed in seeds
+    }
+
+
 def test_a_group_sequential_family_stops_arms_at_their_look_and_gives_the_next_command(tmp_path):
     """Q8 of experiment=study_cpu at 8 seeds (looks at 4, 8, 12): rope far ahead stops at look
     2, learned level with sinusoidal but noisy continues, and the next look runs
     seeds 29-32 of the reference and the arms still open."""
-    protocol = {"experiment": "study_cpu", "precision": "fp32", "device": "cpu"}
-    noise = [0.3, -0.4, 0.1, 0.5, -0.2, 0.4, -0.5, 0.2]
     shift = {"length_sinusoidal": 0.0, "length_rms_learned": 0.0, "length_rope": 3.0}
     shift["length_alibi"] = 0.4
+    bleu = {}
     for arm, delta in shift.items():
         for k, seed in enumerate(range(21, 29)):
-            run = tmp_path / "sweep" / arm / f"seed{seed}"
             spread = {"length_sinusoidal": 0.0, "length_rms_learned": 3.0}.get(arm, 1.0)
-            bleu = 25.0 + delta + spread * noise[(k + len(arm)) % 8]
-            write_run(run, arm, seed, protocol, bleu)
-            metrics = json.loads((run / "metrics.json").read_text())
-            metrics["test"]["pooled_long"] = metrics["test"]["test"]
-            (run / "metrics.json").write_text(json.dumps(metrics))
+            bleu[arm, seed] = 25.0 + delta + spread * NOISE[(k + len(arm)) % 8]
+    write_q8_runs(tmp_path / "sweep", bleu)
     report = build_report(tmp_path / "sweep", None)
     (q8,) = [a for a in report.answers if a.family.question == "Q8"]
     assert q8.looks_analysed == 2
@@ -358,3 +380,32 @@ def test_a_group_sequential_family_stops_arms_at_their_look_and_gives_the_next_c
     assert "arm=length_sinusoidal,length_rms_learned" in command and "length_rope" not in command
     text = build_markdown(report)
     assert "Looks analysed: 2 of 3." in text and command in text
+    assert "**Q8, look 2. " in text and "### Q8 (look 2), " in text
+
+
+def test_a_group_sequential_family_between_looks_reports_its_last_look_on_that_looks_seeds(
+    tmp_path,
+):
+    """Look 1 (seeds 21-24) in, and half of look 2's runs: the verdicts and every row stay on
+    seeds 21-24, the runs in since wait for look 2."""
+    seeds_of = {arm: range(21, 25) for arm in Q8_ARMS}
+    seeds_of |= {"length_sinusoidal": range(21, 29), "length_rms_learned": range(21, 29)}
+    write_q8_runs(tmp_path / "sweep", q8_bleu(seeds_of))
+    report = build_report(tmp_path / "sweep", None)
+    (q8,) = [a for a in report.answers if a.family.question == "Q8"]
+    assert q8.looks_analysed == 1 and q8.look == 1
+    assert {c.verdict.verdict for c in q8.tested} == {"continue"}
+    assert all(c.seeds == [21, 22, 23, 24] for c in q8.comparisons)
+    text = build_markdown(report)
+    assert "**Q8, look 1. " in text and "; 4 seeds; group-sequential" in text
+    assert "'trainer.seed=range(25,29)'" in q8.next_look_command()
+
+
+def test_a_group_sequential_family_before_its_first_look_gives_estimates(tmp_path):
+    write_q8_runs(tmp_path / "sweep", q8_bleu({arm: range(21, 24) for arm in Q8_ARMS}))
+    report = build_report(tmp_path / "sweep", None)
+    (q8,) = [a for a in report.answers if a.family.question == "Q8"]
+    assert q8.looks_analysed == 0 and q8.look == 0
+    assert all(c.verdict is None and c.seeds == [21, 22, 23] for c in q8.comparisons)
+    text = build_markdown(report)
+    assert "**Q8, before its first look. " in text and "Looks analysed: 0 of 3." in text

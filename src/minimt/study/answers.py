@@ -92,6 +92,14 @@ class Answer:
         return "plan written after the data" if after else ""
 
     @property
+    def look(self) -> int | None:
+        """The look its verdicts are from: a group-sequential family's last look analysed (0
+        before the first), a planned family's one look; None without a plan."""
+        if not self.family.planned:
+            return None
+        return self.looks_analysed if self.family.looks else self.family.look
+
+    @property
     def tested(self) -> list[Comparison]:
         """The comparisons its verdicts are about: on the headline test set (or, for long
         buckets, on each long_* set), not the secondary sets reported beside them."""
@@ -138,8 +146,8 @@ class Answer:
         with the unadjusted 95% CI, and its verdict (or how many planned seeds are in)."""
         d, v, planned = c.difference, c.verdict, c.test.seeds
         low, high = (d and d.ci95) or (None, None)
-        look = self.family.look if self.family.planned else None
-        record = {"protocol": self.protocol.name, "question": self.family.question, "look": look}
+        record = {"protocol": self.protocol.name, "question": self.family.question}
+        record["look"] = self.look
         record |= {"family_size": self.size, "alpha": self.alpha}
         record |= {"exploratory": self.exploratory or None, "comparison": c.test.describe()}
         record |= {"test_set": c.test_set, "paired_seeds": " ".join(map(str, c.seeds))}
@@ -186,21 +194,13 @@ def answer_questions(
             answer = Answer(protocol, family, [], [], alpha)
             # the families written after a protocol's first seeds were analysed stay on them
             seen = WRITTEN_AFTER_THE_DATA.get(protocol.name, ()) if family in QUESTIONS else ()
-            for test in family.tests:
-                sides = {arm: by_arm.get((protocol, arm), []) for arm in test.arms}
-                sides = {
-                    arm: [run for run in runs if run.seed in seen or not seen]
-                    for arm, runs in sides.items()
-                }
-                tested, secondary = test_sets_of(test, sides, headline, family.planned)
-                found = [compare(test, sides, protocol, name) for name in tested]
-                found += [
-                    compare(test, sides, protocol, name, secondary=True) for name in secondary
-                ]
-                answer.comparisons += [c for c in found if c]
-                answer.not_run += [] if any(found) else [test]
+            runs_of = {
+                arm: [run for run in by_arm[(protocol, arm)] if run.seed in seen or not seen]
+                for arm in arms
+            }
+            compare_tests(answer, runs_of, headline)
             if family.looks:
-                answer.looks_analysed = sequential_verdicts(answer, rules)
+                judge_at_looks(answer, runs_of, headline, rules)
             elif answer.complete:
                 verdicts = family_verdicts(
                     [c.difference for c in answer.tested], replace(rules, alpha=alpha)
@@ -209,6 +209,38 @@ def answer_questions(
                     comparison.verdict = verdict
             answers.append(answer)
     return answers
+
+
+def compare_tests(
+    answer: Answer, runs_of: dict[str, list[Run]], headline: str, seeds: int | None = None
+) -> None:
+    """Set `answer`'s comparisons (and the tests with none) from the runs of each arm of its
+    family's tests; with `seeds`, on each test's first `seeds` planned seeds only."""
+    answer.comparisons, answer.not_run = [], []
+    for test in answer.family.tests:
+        kept = test.seeds[:seeds] if seeds else None
+        sides = {
+            arm: [run for run in runs_of.get(arm, []) if kept is None or run.seed in kept]
+            for arm in test.arms
+        }
+        tested, secondary = test_sets_of(test, sides, headline, answer.family.planned)
+        protocol = answer.protocol
+        found = [compare(test, sides, protocol, name) for name in tested]
+        found += [compare(test, sides, protocol, name, secondary=True) for name in secondary]
+        answer.comparisons += [c for c in found if c]
+        answer.not_run += [] if any(found) else [test]
+
+
+def judge_at_looks(
+    answer: Answer, runs_of: dict[str, list[Run]], headline: str, rules: Rules
+) -> None:
+    """A group-sequential family's verdicts at its last look analysed, every row on that look's
+    seeds: the runs in since wait for the next look (before the first look, rows are estimates
+    on the runs in)."""
+    if analysed := sequential_verdicts(answer, rules):
+        compare_tests(answer, runs_of, headline, answer.family.looks[analysed - 1])
+        analysed = sequential_verdicts(answer, rules)
+    answer.looks_analysed = analysed
 
 
 def sequential_verdicts(answer: Answer, rules: Rules) -> int:

@@ -71,10 +71,15 @@ def p_cell(p: float | None) -> str:
     return "-" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
+def look_name(a: Answer) -> str:
+    """ "look 2", or "before its first look" for a group-sequential family."""
+    return f"look {a.look}" if a.look else "before its first look"
+
+
 def answer(a: Answer, margin: float) -> str:
     """One family in one protocol: the comparisons behind each verdict, what has not run, and
     how many of its runs stopped at a cap."""
-    look = f", look {a.family.look}" if a.family.planned else ""
+    look = f", {look_name(a)}" if a.family.planned else ""
     heading = f"**{a.family.question}{look}. {TITLES[a.family.question]}**"
     marked = [f"exploratory ({a.exploratory})"] if a.exploratory else []
     context = [a.protocol.title]
@@ -216,7 +221,7 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
             cells.append(verdict + (f" ({r['reason']})" if r["reason"] else ""))
             rows.append(" | ".join(cells))
         marked = f"; exploratory ({a.exploratory})" if a.exploratory else ""
-        look = f" (look {a.family.look})" if a.family.planned else ""
+        look = f" ({look_name(a)})" if a.family.planned else ""
         size = family_size(a, " comparisons")
         heading = f"### {a.family.question}{look}, {a.protocol.title}: {size}{marked}"
         sections.append(f"{heading}\n\n{TITLES[a.family.question]}\n\n" + table(header, rows))
@@ -229,7 +234,9 @@ def plan_text() -> str:
         f"`minimt.study.questions.PLANS` (docs/study.md): experiment={PLAN_PROTOCOL} from its "
         "second round, experiment=study from seed 4, each fixed before its runs. Each family is "
         "one look, tested (Holm over all its m tests) once every test has all its planned seeds; "
-        "until then a row is an estimate. An interaction is the per-seed difference of two "
+        "until then a row is an estimate. A group-sequential family (with looks) is tested at "
+        "each look whose seeds are in, its rows on that look's seeds; the runs in since wait for "
+        "the next look. An interaction is the per-seed difference of two "
         "differences. The plot (exploratory) puts test BLEU against the token : position RMS "
         "ratio at the input at init (bleu_vs_ratio_<protocol>.png, under Plots)."
     )
