@@ -7,8 +7,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omegaconf import OmegaConf
-
 from minimt.data.length_split import LONG_PREFIX
 from minimt.study.answers import Answer, Comparison
 from minimt.study.questions import PLAN_PROTOCOL, PLANS, TITLES
@@ -272,8 +270,8 @@ def setup_text(report: Report) -> str:
     """Each protocol's model and training settings: every value its runs used, "/" between."""
     lines = []
     for protocol in dict.fromkeys(c.protocol for c in report.groups):
-        cfgs = [run.config for run in report.runs if run.configuration.protocol == protocol]
-        used = {k: dict.fromkeys(str(OmegaConf.select(c, k)) for c in cfgs) for k in SETUP.split()}
+        runs = [run for run in report.runs if run.configuration.protocol == protocol]
+        used = {k: dict.fromkeys(str(run.setting(k)) for run in runs) for k in SETUP.split()}
         values = " ".join(f"{k}={'/'.join(v)}" for k, v in used.items())
         lines.append(f"- {protocol.title}: {values}")
     return "\n".join(lines)

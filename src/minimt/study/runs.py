@@ -113,7 +113,17 @@ class Run:
 
     @property
     def seed(self) -> int:
-        return self.config.trainer.seed
+        return self.setting("trainer.seed")
+
+    def setting(self, key: str):
+        """The resolved config's value at the dotted `key` ("model.d_model"), None where it has
+        none: read from metrics.json's dict, as building `config` costs more than the lookup."""
+        node = self.metrics["config"]
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
 
     @cached_property
     def provenance(self) -> dict:
