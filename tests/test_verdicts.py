@@ -13,6 +13,7 @@ from minimt.study.significance import (
     NO_SPREAD,
     NONZERO,
     Rules,
+    chi2_pdf,
     detectable_difference,
     family_verdicts,
     fewest_seeds,
@@ -149,6 +150,12 @@ def test_exact_power_against_closed_forms():
 )
 def test_the_detectable_difference_at_three_seeds(sd, family, expected):
     assert detectable_difference(sd, 3, 0.05 / family, 0.8) == pytest.approx(expected, abs=0.01)
+
+
+@pytest.mark.parametrize("dof", [1, 2, 3, 7, 11, 199])
+def test_the_power_integrals_chi_square_density_is_scipys_bit_for_bit(dof):
+    points = [1e-300, 1e-9, 0.3, 1.0, float(dof), 2.5 * dof, 40.0 * dof, 1e4]
+    assert [chi2_pdf(v, dof) for v in points] == [float(stats.chi2.pdf(v, dof)) for v in points]
 
 
 def test_seeds_needed_are_the_fewest_with_the_power():
