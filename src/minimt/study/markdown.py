@@ -70,7 +70,7 @@ def p_cell(p: float | None) -> str:
 
 
 def look_name(a: Answer) -> str:
-    """ "look 2", or "before its first look" for a group-sequential family."""
+    """The look its verdicts are from, in words: "look 2", or "before its first look"."""
     return f"look {a.look}" if a.look else "before its first look"
 
 

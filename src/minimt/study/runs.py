@@ -115,7 +115,7 @@ class Run:
     def seed(self) -> int:
         return self.setting("trainer.seed")
 
-    def setting(self, key: str):
+    def setting(self, key: str) -> object:
         """The resolved config's value at the dotted `key` ("model.d_model"), None where it has
         none: read from metrics.json's dict, as building `config` costs more than the lookup."""
         node = self.metrics["config"]
