@@ -7,16 +7,22 @@ started over: a finished run (metrics.json) is skipped, an interrupted one (step
 resumed.
 """
 
+import sys
+
 from minimt.allocator import reexec_with_mimalloc
 from minimt.cli import one_line_errors
+from minimt.signals import hold_stops
+
+SWEEP_FLAGS = {"-m", "--multirun"}
 
 if __name__ == "__main__":  # first: a process picks its allocator when it starts, before torch
     one_line_errors(reexec_with_mimalloc)()  # a Ctrl-C this early is one line too
+    if SWEEP_FLAGS & set(sys.argv):
+        hold_stops()  # before torch starts a thread that a stop signal could end the sweep in
 
 import logging
 import shlex
 import signal
-import sys
 from pathlib import Path
 
 import hydra
@@ -141,4 +147,4 @@ def sweep_main() -> None:
 
 
 if __name__ == "__main__":
-    sweep_main() if {"-m", "--multirun"} & set(sys.argv) else main()
+    sweep_main() if SWEEP_FLAGS & set(sys.argv) else main()

@@ -260,13 +260,16 @@ def causal_mask(n: int) -> torch.Tensor:
 
 def start_sweep(command: list[str]) -> subprocess.Popen:
     """Start a sweep's launcher in a session of its own (a signal to its group reaches only the
-    sweep), its output and errors in one text stream."""
+    sweep), its output and errors in one text stream. OMP_NUM_THREADS unset, as in a user's
+    shell: torch's OpenMP runtime then starts a thread as torch loads, which a stop signal to
+    the launcher must not reach (the runs set their own thread count)."""
+    environment = {k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=ENV,
+        env=environment,
         start_new_session=True,
     )
 

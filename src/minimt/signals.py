@@ -57,12 +57,13 @@ def forward_stops() -> Iterator[None]:
     SIGTERM to every process this one started that runs a job (not Python's resource trackers),
     so that each run saves its checkpoint and returns; this process lives on to wait for them.
 
-    The stop signals stay blocked in this process, and so in every process it starts (a blocked
-    signal waits, and the mask is inherited): a worker gets a Ctrl-C to the process group, or the
-    SIGTERM sent on, only once its run has set its handlers (`remember_stops`), never while it
-    is still importing or unpickling its job, where the signal would kill it. A thread of this
-    process takes them (sigwait). SIGTERM, not SIGINT: a Ctrl-C to the process group already gave
-    the runs one SIGINT, and a second SIGINT would stop a run at once, mid-save."""
+    The stop signals stay blocked in this process (`hold_stops`), and so in every process it
+    starts (a blocked signal waits, and the mask is inherited): a worker gets a Ctrl-C to the
+    process group, or the SIGTERM sent on, only once its run has set its handlers
+    (`remember_stops`), never while it is still importing or unpickling its job, where the signal
+    would kill it. A thread of this process takes them (sigwait). SIGTERM, not SIGINT: a Ctrl-C
+    to the process group already gave the runs one SIGINT, and a second SIGINT would stop a run
+    at once, mid-save."""
     done = threading.Event()
 
     def forward(signum: int) -> None:
@@ -81,10 +82,7 @@ def forward_stops() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # Python's resource tracker, started on the first process a sweep spawns, unblocks the stop
-    # signals after starting (whatever the mask was): start it before they are blocked.
-    resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold_stops()
     taker = threading.Thread(target=take_signals, name="minimt-stop-signals", daemon=True)
     taker.start()
     try:
@@ -95,7 +93,19 @@ def forward_stops() -> Iterator[None]:
         while (info := signal.sigtimedwait(STOP_SIGNALS, 0)) is not None:
             _record(info.si_signo)  # came as the sweep ended: its runs are done
         os.environ.pop(SWEEP_STOPPED, None)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def hold_stops() -> None:
+    """Block the stop signals in this thread, and so in every thread and process it starts from
+    now on: a sweep's launcher calls it before torch loads (torch's OpenMP runtime starts a
+    thread then), since a stop signal that reaches a thread not blocking it takes the default
+    action, which ends the launcher at once and leaves its runs training. `forward_stops` takes
+    the held signals."""
+    # Python's resource tracker, started on the first process a sweep spawns, unblocks the stop
+    # signals after starting (whatever the mask was): start it before they are blocked.
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
 
 def job_processes(parent: int) -> list[int]:
