@@ -1,20 +1,23 @@
 """The committed study: docs/study/report.md and report.csv are what scripts/report.py makes of
-the committed run records, and every Q7 run trained from the plan's commit or a later one, started
-after that commit was made, stopped by patience and was scored on the three test sets."""
+the committed run records; every Q7 run trained from the plan's commit or a later one, started
+after that commit was made, stopped by patience and was scored on the three test sets; every Q8
+run trained from its plan's commit exactly, after it was made, on torch's AVX2 kernels."""
 
 import json
 import subprocess
+from collections.abc import Iterable
 from datetime import datetime
 
 import pytest
 
-from minimt.study.questions import PLAN, PLAN_PROTOCOL
+from minimt.study.questions import PLAN, PLAN_PROTOCOL, Q8_SEEDS
 from minimt.study.runs import load_run, load_sweep
 from scripts.report import main as report
 from tests.helpers import REPO
 
 STUDY = REPO / "docs" / "study"
 (Q7,) = next(family.tests for family in PLAN if family.question == "Q7")
+Q8 = next(family for family in PLAN if family.question == "Q8")
 TEST_SETS = {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
 
 
@@ -31,15 +34,26 @@ def full_history() -> bool:
         return False
 
 
-def q7_records() -> list[tuple[str, dict]]:
-    """(run name, metrics) of each committed Q7 run: its arms at its planned seeds."""
+def records(arms: Iterable[str], seeds: Iterable[int]) -> list[tuple[str, dict]]:
+    """(run name, metrics) of each committed study_cpu run of `arms` at `seeds`."""
     runs = STUDY / "runs" / PLAN_PROTOCOL
     return [
         (f"{arm}/seed{seed}", json.loads(path.read_text()))
-        for arm in Q7.arms
-        for seed in Q7.seeds
+        for arm in arms
+        for seed in seeds
         if (path := runs / arm / f"seed{seed}" / "metrics.json").exists()
     ]
+
+
+def q7_records() -> list[tuple[str, dict]]:
+    return records(Q7.arms, Q7.seeds)
+
+
+def first_commit_adding(text: str) -> str:
+    """The commit that first put `text` into the plan (minimt.study.questions)."""
+    return git(
+        "log", "--reverse", "--format=%H", "-S", text, "--", "src/minimt/study/questions.py"
+    ).splitlines()[0]
 
 
 def utc(stamp: str) -> datetime:
@@ -63,9 +77,7 @@ def test_q7_runs_are_scored_on_three_test_sets_and_stopped_by_patience():
 
 @pytest.mark.skipif(not full_history(), reason="needs the project's git history")
 def test_every_q7_run_trained_from_the_plans_commit_or_later_and_after_it_was_made():
-    plan_commit = git(
-        "log", "--reverse", "--format=%H", "-S", "Q7_SEEDS", "--", "src/minimt/study/questions.py"
-    ).splitlines()[0]
+    plan_commit = first_commit_adding("Q7_SEEDS")
     planned_at = utc(git("show", "-s", "--format=%cI", plan_commit))
     for name, metrics in q7_records():
         for start in metrics["provenance"]["sessions"]:
@@ -73,6 +85,20 @@ def test_every_q7_run_trained_from_the_plans_commit_or_later_and_after_it_was_ma
                 ["git", "merge-base", "--is-ancestor", plan_commit, start["commit"]], cwd=REPO
             )
             assert ancestry.returncode == 0, f"{name} trained from {start['commit']}"
+            assert utc(start["started_utc"]) > planned_at, name
+
+
+@pytest.mark.skipif(not full_history(), reason="needs the project's git history")
+def test_every_q8_session_trained_from_the_plans_commit_on_avx2_kernels_after_it_was_made():
+    plan_commit = first_commit_adding("Q8_SEEDS")
+    planned_at = utc(git("show", "-s", "--format=%cI", plan_commit))
+    q8_arms = {arm for test in Q8.tests for arm in test.arms}
+    q8 = records(sorted(q8_arms), Q8_SEEDS)
+    assert len(q8) >= Q8.looks[0] * len(q8_arms)
+    for name, metrics in q8:
+        for start in metrics["provenance"]["sessions"]:
+            assert start["commit"] == plan_commit, f"{name} trained from {start['commit']}"
+            assert start["cpu"]["kernels"] == "AVX2", name
             assert utc(start["started_utc"]) > planned_at, name
 
 
