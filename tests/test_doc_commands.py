@@ -43,10 +43,11 @@ def shell_lines(text: str) -> list[str]:
 
 def train_commands(text: str) -> list[list[str]]:
     """The overrides of each `python scripts/train.py ...` / `torchrun ... scripts/train.py ...`
-    in `text` (comments and `-m` dropped)."""
+    in `text`, after any environment assignments (comments and `-m` dropped)."""
     commands = []
     for line in shell_lines(text):
-        command = re.sub(r"^\s*PYTHONPATH=\S+\s+", "", line)  # the reader's encodings: PLUGINS
+        # the environment it names (ATEN_CPU_CAPABILITY=avx2, the reader's PYTHONPATH: PLUGINS)
+        command = re.sub(r"^\s*(?:[A-Z_]+=\S+\s+)+", "", line)
         if TRAIN not in command or not command.lstrip().startswith(("python", "torchrun")):
             continue
         command = READERS_CONFIGS.sub(f"file://{PLUGINS / 'configs'}", command)
