@@ -34,7 +34,7 @@ def full_history() -> bool:
         return False
 
 
-def records(arms: Iterable[str], seeds: Iterable[int]) -> list[tuple[str, dict]]:
+def committed_records(arms: Iterable[str], seeds: Iterable[int]) -> list[tuple[str, dict]]:
     """(run name, metrics) of each committed study_cpu run of `arms` at `seeds`."""
     runs = STUDY / "runs" / PLAN_PROTOCOL
     return [
@@ -46,14 +46,16 @@ def records(arms: Iterable[str], seeds: Iterable[int]) -> list[tuple[str, dict]]
 
 
 def q7_records() -> list[tuple[str, dict]]:
-    return records(Q7.arms, Q7.seeds)
+    return committed_records(Q7.arms, Q7.seeds)
 
 
-def first_commit_adding(text: str) -> str:
-    """The commit that first put `text` into the plan (minimt.study.questions)."""
-    return git(
+def plan_commit(text: str) -> tuple[str, datetime]:
+    """The commit that first put `text` into the plan (minimt.study.questions), and when it was
+    made."""
+    commit = git(
         "log", "--reverse", "--format=%H", "-S", text, "--", "src/minimt/study/questions.py"
     ).splitlines()[0]
+    return commit, utc(git("show", "-s", "--format=%cI", commit))
 
 
 def utc(stamp: str) -> datetime:
@@ -77,12 +79,11 @@ def test_q7_runs_are_scored_on_three_test_sets_and_stopped_by_patience():
 
 @pytest.mark.skipif(not full_history(), reason="needs the project's git history")
 def test_every_q7_run_trained_from_the_plans_commit_or_later_and_after_it_was_made():
-    plan_commit = first_commit_adding("Q7_SEEDS")
-    planned_at = utc(git("show", "-s", "--format=%cI", plan_commit))
+    planned, planned_at = plan_commit("Q7_SEEDS")
     for name, metrics in q7_records():
         for start in metrics["provenance"]["sessions"]:
             ancestry = subprocess.run(
-                ["git", "merge-base", "--is-ancestor", plan_commit, start["commit"]], cwd=REPO
+                ["git", "merge-base", "--is-ancestor", planned, start["commit"]], cwd=REPO
             )
             assert ancestry.returncode == 0, f"{name} trained from {start['commit']}"
             assert utc(start["started_utc"]) > planned_at, name
@@ -90,14 +91,13 @@ def test_every_q7_run_trained_from_the_plans_commit_or_later_and_after_it_was_ma
 
 @pytest.mark.skipif(not full_history(), reason="needs the project's git history")
 def test_every_q8_session_trained_from_the_plans_commit_on_avx2_kernels_after_it_was_made():
-    plan_commit = first_commit_adding("Q8_SEEDS")
-    planned_at = utc(git("show", "-s", "--format=%cI", plan_commit))
+    planned, planned_at = plan_commit("Q8_SEEDS")
     q8_arms = {arm for test in Q8.tests for arm in test.arms}
-    q8 = records(sorted(q8_arms), Q8_SEEDS)
+    q8 = committed_records(sorted(q8_arms), Q8_SEEDS)
     assert len(q8) >= Q8.looks[0] * len(q8_arms)
     for name, metrics in q8:
         for start in metrics["provenance"]["sessions"]:
-            assert start["commit"] == plan_commit, f"{name} trained from {start['commit']}"
+            assert start["commit"] == planned, f"{name} trained from {start['commit']}"
             assert start["cpu"]["kernels"] == "AVX2", name
             assert utc(start["started_utc"]) > planned_at, name
 
