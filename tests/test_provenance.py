@@ -105,3 +105,10 @@ def test_every_start_is_kept_and_a_start_that_led_nowhere_is_named(tmp_path):
     assert record["sessions"] == [kept] and record["discarded_starts"] == [abandoned]
     (tmp_path / "starts.json").write_text("[{")  # damaged: an aid, never a reason to stop
     assert read_starts(tmp_path) == []
+
+
+def test_a_start_replaced_within_the_same_second_is_still_named():
+    # a run started again from update 0 at once, on the same machine: two equal start records
+    start = session(torch.device("cpu"))
+    record = provenance([start], [start, dict(start)])
+    assert record["sessions"] == [start] and record["discarded_starts"] == [start]

@@ -138,8 +138,21 @@ def provenance(sessions: list[dict[str, object]], starts: Sequence[dict] = ()) -
     last = sessions[-1]
     summary = {key: last[key] for key in SUMMARY_KEYS if key in last}
     summary |= {"started_utc": sessions[0]["started_utc"], "ended_utc": utc_now()}
-    discarded = [start for start in starts if start not in sessions]
-    return summary | {"sessions": sessions, "discarded_starts": discarded}
+    return summary | {"sessions": sessions, "discarded_starts": unmatched(starts, sessions)}
+
+
+def unmatched(starts: Sequence[dict], sessions: Sequence[dict]) -> list[dict]:
+    """The `starts` left once each of the `sessions` has taken one start equal to it, in order.
+    Counted, not looked up: two starts within one second on one machine are equal records, and
+    the one a later start replaced must still be named."""
+    left = list(sessions)
+    discarded = []
+    for start in starts:
+        if start in left:
+            left.remove(start)
+        else:
+            discarded.append(start)
+    return discarded
 
 
 def read_starts(run_dir: Path) -> list[dict]:
