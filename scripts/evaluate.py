@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig
 
 from minimt.atomic import WriteError, write_text
-from minimt.checkpoint import average_last_checkpoints, save_json
+from minimt.checkpoint import average_last_checkpoints, load_checkpoint, save_json
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import at_least, optional, path, positive_int, positive_int_list, split_names
@@ -106,11 +106,22 @@ def evaluate_sets(
     return evaluations
 
 
+def averaged_steps(run: Path) -> list[str]:
+    """The step checkpoints the run's averaged.pt was averaged from: ["step_900.pt", ...]."""
+    return load_checkpoint(checkpoint_dir(run) / "averaged.pt")["averaged_from"]
+
+
 def record_evaluations(
-    run: Path, metrics: dict, evaluations: list[Evaluation], checkpoint: str, length_penalty: float
+    run: Path,
+    metrics: dict,
+    evaluations: list[Evaluation],
+    checkpoint: str,
+    length_penalty: float,
+    averaged_from: list[str] | None = None,
 ) -> None:
     """Add the scored evaluations to the run's metrics (read before any work) under "eval", and
-    save them as its metrics.json."""
+    save them as its metrics.json: each with its hypotheses' file (relative to the run where it
+    lies inside it) and, for an averaged checkpoint, the step checkpoints it averaged."""
     results = {
         f"{e.name}.beam{e.beam}.{checkpoint}": {
             **e.scores.as_dict(),
@@ -118,7 +129,8 @@ def record_evaluations(
             "checkpoint": checkpoint,
             "length_penalty": length_penalty,
             "sentences_per_sec": e.sentences_per_sec,
-            "hyps": str(e.hyps_path),
+            "hyps": hyps_name(run, e.hyps_path),
+            **({"averaged_from": averaged_from} if averaged_from is not None else {}),
         }
         for e in evaluations
         if e.scores is not None
@@ -127,6 +139,13 @@ def record_evaluations(
         return
     metrics.setdefault("eval", {}).update(results)
     save_json(run / "metrics.json", metrics)
+
+
+def hyps_name(run: Path, hyps: Path) -> str:
+    """`hyps` relative to the run directory where it lies inside it (the record stays true when
+    the run is moved or collected), else as given."""
+    inside = hyps.resolve().is_relative_to(run.resolve())
+    return hyps.resolve().relative_to(run.resolve()).as_posix() if inside else str(hyps)
 
 
 def as_list(value) -> list | None:
@@ -145,6 +164,7 @@ def main(argv: list[str]) -> None:
     if args.average:
         average_last_checkpoints(checkpoint_dir(run), args.average)
         checkpoint = "averaged"
+    averaged_from = averaged_steps(run) if checkpoint == "averaged" else None
     translator = Translator.from_run(run, checkpoint, args.device, args.batch_tokens)
     translator.check_beams(as_list(args.beam))
     sets = evaluation_sets(translator.config.data, as_list(args.split), args.src, args.ref)
@@ -158,7 +178,9 @@ def main(argv: list[str]) -> None:
             translator, sets, as_list(args.beam), args.length_penalty, hyps_path
         )
         print_table(evaluations, checkpoint)
-        record_evaluations(run, metrics, evaluations, checkpoint, args.length_penalty)
+        record_evaluations(
+            run, metrics, evaluations, checkpoint, args.length_penalty, averaged_from
+        )
 
 
 def print_table(evaluations: list[Evaluation], checkpoint: str) -> None:

@@ -66,7 +66,9 @@ def test_evaluate_prints_the_table_and_appends_metrics(run_copy):
     evaluated = json.loads((run_dir / "metrics.json").read_text())["eval"]
     for key in ("val.beam1.best", "val.beam2.best", "test_2017_mscoco.beam1.best"):
         assert 0 <= evaluated[key]["bleu"] <= 100 and "nrefs:1" in evaluated[key]["signature"]
-    assert (run_dir / "hyps" / "test_2017_mscoco.beam2.best.txt").is_file()
+    hyps = "hyps/test_2017_mscoco.beam2.best.txt"
+    assert (run_dir / hyps).is_file() and evaluated["test_2017_mscoco.beam2.best"]["hyps"] == hyps
+    assert "averaged_from" not in evaluated["val.beam1.best"]
 
 
 def test_averaged_checkpoint_is_written_and_evaluated(run_copy):
@@ -79,10 +81,10 @@ def test_averaged_checkpoint_is_written_and_evaluated(run_copy):
         "evaluate", f"run={run_dir}", "checkpoint=averaged", "split=[test_2017_mscoco]", "beam=1"
     )
     assert result.returncode == 0, result.stderr.decode()
-    assert (
-        "test_2017_mscoco.beam1.averaged"
-        in json.loads((run_dir / "metrics.json").read_text())["eval"]
-    )
+    evaluated = json.loads((run_dir / "metrics.json").read_text())["eval"]
+    averaged_entry = evaluated["test_2017_mscoco.beam1.averaged"]
+    assert averaged_entry["averaged_from"] == ["step_75.pt", "step_100.pt", "step_120.pt"]
+    assert averaged_entry["hyps"] == "hyps/test_2017_mscoco.beam1.averaged.txt"
 
 
 def test_time_to_bleu_reads_the_run_and_a_peer_side_by_side(smoke_run, run_copy, tmp_path):
