@@ -44,6 +44,17 @@ def test_a_dirty_checkout_says_so(tmp_path):
     assert source_commit(tmp_path).endswith("+dirty")
 
 
+def test_a_process_records_the_commit_its_code_was_loaded_at(monkeypatch):
+    commits = iter(["a" * 40, "b" * 40 + "+dirty"])  # a commit, then an edit, while it trains
+    monkeypatch.setattr(provenance_module, "source_commit", lambda: next(commits))
+    provenance_module.loaded_commit.cache_clear()
+    try:
+        first, later = session(torch.device("cpu")), session(torch.device("cpu"))
+    finally:
+        provenance_module.loaded_commit.cache_clear()
+    assert first["commit"] == later["commit"] == "a" * 40
+
+
 def test_the_first_session_starts_the_run_and_the_last_names_its_machine():
     first = session(torch.device("cpu"))
     last = first | {"started_utc": "2099-01-01T00:00:00Z", "machine": "another CPU"}

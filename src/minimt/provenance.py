@@ -9,6 +9,7 @@ that a start restarted from update 0 in the same directory stays on record."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -111,6 +112,14 @@ def source_commit(source_dir: Path = SOURCE_DIR) -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
+@functools.cache
+def loaded_commit() -> str | None:
+    """source_commit() as this process first read it, at its first run's start: the code it runs
+    was loaded then, so a sweep's later runs in the same process record that commit, not one
+    made (or an edit begun) while the sweep trains."""
+    return source_commit()
+
+
 def session(device: torch.device, from_step: int = 0) -> dict[str, object]:
     """One training session (a run's start at update 0, or a resume at `from_step`): when it
     started, on what, with which numerics settings."""
@@ -123,7 +132,7 @@ def session(device: torch.device, from_step: int = 0) -> dict[str, object]:
         "machine": describe_machine(record),
         "torch": str(torch.__version__),
         "num_threads": torch.get_num_threads(),
-        "commit": source_commit(),
+        "commit": loaded_commit(),
     }
 
 
