@@ -22,7 +22,7 @@ from minimt.study.questions import PLANS, QUESTIONS, REFERENCE
 from minimt.study.runs import (
     Configuration,
     Run,
-    collected_dir,
+    findings_dir,
     init_ratio,
     load_sweep,
     long_test_sets,
@@ -105,8 +105,7 @@ def build_report(
         (run.dir, f"metrics.json has no {headline} score") for run in found if run not in runs
     ]
     if out_dir is None:
-        collected = all(run.dir == collected_dir(sweep_dir, run) for run in runs)
-        out_dir = sweep_dir.parent if collected else sweep_dir
+        out_dir = findings_dir(sweep_dir, runs)
     groups = defaultdict(list)
     for run in sorted(runs, key=lambda run: run.seed):
         groups[run.configuration].append(run)

@@ -306,3 +306,10 @@ def collected_dir(dest: Path, run: Run) -> Path:
     """Where collect_runs keeps a run: DEST/<protocol>/<configuration>/seed<k>."""
     c = run.configuration
     return dest / c.protocol.name / c.name.replace(" ", ",") / f"seed{run.seed}"
+
+
+def findings_dir(sweep_dir: Path, runs: Sequence[Run]) -> Path:
+    """Where what is read off `runs` goes by default: `sweep_dir`, or the folder above it where
+    they are collected runs (scripts/collect_runs.py), beside the folder that holds them."""
+    collected = all(run.dir == collected_dir(sweep_dir, run) for run in runs)
+    return sweep_dir.parent if collected else sweep_dir

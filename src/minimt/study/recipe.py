@@ -1,0 +1,237 @@
+"""The default recipe's selection from its runs (docs/results.md, "The plan of the recipe
+selection"): the blocks, the candidates and the choice.
+
+Each run gives two candidates: its best checkpoint, scored by the run's own greedy validations
+(metrics.json `best_val_bleu`), and the average of its last step checkpoints, scored afterwards by
+`scripts/evaluate.py run=RUN average=5 split=[val] beam=[1]` (the `eval` entry
+"val.beam1.averaged"). One seed's runs form a block: they trained one after another on one
+machine, so their arms are compared at one speed. The candidate with the highest mean over the
+planned seeds is chosen, unless its mean is within `tie` BLEU of the incumbent's: then the
+incumbent is kept. Only validation BLEU is read; the test sets decide nothing here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from minimt.study.markdown import number, table
+from minimt.study.runs import Run
+from minimt.study.significance import mean, mean_std
+
+AVERAGED = "val.beam1.averaged"  # the eval entry of the averaged candidate
+CHECKPOINTS = {"best": "best checkpoint", "averaged": "average of the last 5"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An arm (the setting its runs share: "model.dropout=0.2") with one of its checkpoints."""
+
+    arm: str
+    checkpoint: str  # a key of CHECKPOINTS
+
+    @property
+    def title(self) -> str:
+        return f"{self.arm}, {CHECKPOINTS[self.checkpoint]}"
+
+
+INCUMBENT = Candidate("model.dropout=0.1", "best")  # what `make train` reports today
+TIE = 0.1  # BLEU: a challenger this close to the incumbent's mean does not replace it
+SEEDS = (1, 2, 3)
+
+
+def candidate_scores(run: Run) -> dict[Candidate, float]:
+    """Greedy val BLEU of the run's candidates: its best checkpoint's, and its average's once
+    scored (absent before)."""
+    scores = {Candidate(run.name, "best"): run.metrics["best_val_bleu"]}
+    averaged = run.metrics.get("eval", {}).get(AVERAGED)
+    if averaged is not None:
+        scores[Candidate(run.name, "averaged")] = averaged["bleu"]
+    return scores
+
+
+@dataclass
+class Selection:
+    """The candidates' scores by seed, and the choice once every planned seed has them all."""
+
+    runs: list[Run]
+    scores: dict[Candidate, dict[int, float]]  # candidate -> seed -> greedy val BLEU
+    seeds: tuple[int, ...]  # the planned seeds
+    incumbent: Candidate
+    tie: float
+
+    @property
+    def missing(self) -> list[str]:
+        """Each planned score not in yet, as "<candidate>, seed <k>"."""
+        return [
+            f"{c.title}, seed {seed}"
+            for c in self.candidates
+            for seed in self.seeds
+            if seed not in self.scores[c]
+        ]
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return sorted(self.scores, key=lambda c: (c.arm, list(CHECKPOINTS).index(c.checkpoint)))
+
+    def mean(self, candidate: Candidate) -> float | None:
+        return mean([self.scores[candidate][s] for s in self.seeds if s in self.scores[candidate]])
+
+    @property
+    def leader(self) -> Candidate:
+        """The candidate with the highest mean over the seeds it has so far."""
+        return max(self.candidates, key=lambda c: self.mean(c))
+
+    @property
+    def chosen(self) -> Candidate | None:
+        """The plan's choice; None until every planned score is in."""
+        if self.missing or self.incumbent not in self.scores:
+            return None
+        leader = self.leader
+        if self.mean(leader) - self.mean(self.incumbent) <= self.tie:
+            return self.incumbent
+        return leader
+
+    def block_leader(self, seed: int) -> Candidate | None:
+        """The best candidate of one seed's block, None where it has none scored."""
+        scored = [c for c in self.candidates if seed in self.scores[c]]
+        return max(scored, key=lambda c: self.scores[c][seed]) if scored else None
+
+    def differences(self, candidate: Candidate) -> list[float]:
+        """`candidate` minus the incumbent, seed by seed, where both are scored."""
+        mine, theirs = self.scores[candidate], self.scores.get(self.incumbent, {})
+        return [mine[s] - theirs[s] for s in self.seeds if s in mine and s in theirs]
+
+
+def select(
+    runs: Sequence[Run],
+    seeds: Sequence[int] = SEEDS,
+    incumbent: Candidate = INCUMBENT,
+    tie: float = TIE,
+) -> Selection:
+    """The selection from `runs` (named by minimt.study.runs.load_sweep), by the plan's rule."""
+    scores: dict[Candidate, dict[int, float]] = {}
+    for run in runs:
+        for candidate, score in candidate_scores(run).items():
+            scores.setdefault(candidate, {})[run.seed] = score
+    return Selection(list(runs), scores, tuple(seeds), incumbent, tie)
+
+
+def averaged_steps(run: Run) -> str:
+    """The updates the averaged candidate covers ("2,700-3,100"), "-" before it is scored."""
+    averaged = run.metrics.get("eval", {}).get(AVERAGED)
+    if averaged is None or not averaged.get("averaged_from"):
+        return "-"
+    steps = [
+        int(name.removeprefix("step_").removesuffix(".pt")) for name in averaged["averaged_from"]
+    ]
+    return f"{min(steps):,}-{max(steps):,}"
+
+
+def commit_of(run: Run) -> str:
+    commit = run.provenance.get("commit")
+    return "-" if not commit else commit[:7] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
+def blocks_table(selection: Selection) -> str:
+    """One row per run, by seed: its machine, code, updates and both candidates' val BLEU."""
+    rows = []
+    for run in sorted(selection.runs, key=lambda r: (r.seed, r.name)):
+        scores = candidate_scores(run)
+        averaged = scores.get(Candidate(run.name, "averaged"))
+        rows.append(
+            f"{run.seed} | {run.name} | {run.machine} | {commit_of(run)} | {run.metrics['steps']:,}"
+            f" | {run.stopped_by} | {number(scores[Candidate(run.name, 'best')])}"
+            f" ({run.metrics['best_step']:,}) | {number(averaged)} ({averaged_steps(run)})"
+        )
+    header = (
+        "seed | arm | machine | commit | updates | stopped by | best checkpoint (its update)"
+        " | average of the last 5 (updates)"
+    )
+    return table(header, rows)
+
+
+def candidates_table(selection: Selection) -> str:
+    """Each candidate's val BLEU per planned seed, mean ± sd, and its paired difference from the
+    incumbent."""
+    rows = []
+    for c in selection.candidates:
+        cells = [number(selection.scores[c].get(seed)) for seed in selection.seeds]
+        values = [selection.scores[c][s] for s in selection.seeds if s in selection.scores[c]]
+        m, sd = mean_std(values)
+        dm, dsd = mean_std(selection.differences(c))
+        rows.append(
+            " | ".join([c.title, *cells, number(m) + ("" if sd is None else f" ± {sd:.2f}")])
+            + f" | {'-' if c == selection.incumbent else number(dm, sign='+')}"
+            + f" | {'-' if c == selection.incumbent else number(dsd)}"
+        )
+    seeds = " | ".join(f"seed {s}" for s in selection.seeds)
+    return table(f"candidate | {seeds} | mean ± sd | minus today's | sd of that", rows)
+
+
+def missing_by_seed(selection: Selection) -> list[str]:
+    """What the choice still waits for, seed by seed: "seed 2 (every candidate)", or the
+    candidates a seed lacks; today's recipe named where no seed has it."""
+    if selection.incumbent not in selection.scores:
+        return [f"{selection.incumbent.title} (today's recipe)"]
+    waiting = []
+    for seed in selection.seeds:
+        lacking = [c.title for c in selection.candidates if seed not in selection.scores[c]]
+        if len(lacking) == len(selection.candidates):
+            waiting.append(f"seed {seed} (every candidate)")
+        elif lacking:
+            waiting.append(f"seed {seed} of {', '.join(lacking)}")
+    return waiting
+
+
+def choice_text(selection: Selection) -> str:
+    """The plan's choice, or what it still waits for; and where the blocks' leaders differ."""
+    leaders = {seed: selection.block_leader(seed) for seed in selection.seeds}
+    lines = [
+        "Block leaders: "
+        + "; ".join(f"seed {s}: {c.title if c else '-'}" for s, c in leaders.items())
+        + "."
+    ]
+    chosen = selection.chosen
+    if chosen is None:
+        lines.append(f"No choice yet: the plan needs {'; '.join(missing_by_seed(selection))}.")
+    elif selection.leader == selection.incumbent:
+        lines.append(f"**Chosen: today's recipe ({chosen.title})**: it has the best mean.")
+    elif chosen == selection.incumbent:
+        gain = selection.mean(selection.leader) - selection.mean(selection.incumbent)
+        lines.append(
+            f"**Chosen: today's recipe ({chosen.title})**: the best mean, "
+            f"{selection.leader.title}, is {gain:+.2f} BLEU from it, within the plan's "
+            f"{selection.tie} BLEU."
+        )
+    else:
+        gain = selection.mean(chosen) - selection.mean(selection.incumbent)
+        lines.append(
+            f"**Chosen: {chosen.title}**, {gain:+.2f} BLEU over today's recipe "
+            f"({selection.incumbent.title}) on the mean of seeds "
+            f"{', '.join(map(str, selection.seeds))}; the confirmation decides whether the "
+            "default changes."
+        )
+    return "\n\n".join(lines)
+
+
+def selection_text(selection: Selection, source: str) -> str:
+    """The selection as markdown: blocks, candidates, choice."""
+    return (
+        "\n\n".join(
+            [
+                "# The recipe selection",
+                f"Regenerated by `python scripts/select_recipe.py sweep={source}` from the runs' "
+                'metrics.json under the plan in docs/results.md ("The plan of the recipe '
+                'selection"). Every figure is greedy BLEU on the 1,014 validation pairs; the test '
+                "sets are not read.",
+                "## The blocks",
+                blocks_table(selection),
+                "## The candidates",
+                candidates_table(selection),
+                "## The choice",
+                choice_text(selection),
+            ]
+        )
+        + "\n"
+    )

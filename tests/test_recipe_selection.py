@@ -1,0 +1,127 @@
+"""The recipe selection: each run's two candidates, the choice by mean greedy val BLEU over the
+planned seeds with the incumbent kept within the tie, and the test sets never read."""
+
+import json
+
+import pytest
+from helpers import compose_config, run_in_process
+from omegaconf import OmegaConf
+
+from minimt.migrations import FORMAT_KEY, RUN_FORMAT
+from minimt.study.recipe import Candidate, averaged_steps, select, selection_text
+from minimt.study.runs import load_sweep
+
+INTEL = {"vendor": "GenuineIntel", "family": 6, "model": 143, "model_name": "Intel Xeon"}
+INTEL |= {"kernels": "AVX512"}
+
+
+def write_recipe_run(
+    root,
+    dropout: float,
+    seed: int,
+    best: float,
+    averaged: float | None = None,
+    test: float = 30.0,
+    cpu: dict = INTEL,
+):
+    """A finished 30-minute run of the default config at `dropout`, as the sweep leaves it, with
+    its averaged candidate scored on validation where `averaged` is given."""
+    run_dir = root / f"dropout{dropout}" / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    config = compose_config(f"model.dropout={dropout}", f"trainer.seed={seed}")
+    metrics = {
+        FORMAT_KEY: RUN_FORMAT,
+        "config": OmegaConf.to_container(config, resolve=True),
+        "choices": {},
+        "precision": "bf16",
+        "device": "cpu",
+        "steps": 3161,
+        "best_step": 2000,
+        "stop_reason": "trainer.max_minutes reached: 30.0 minutes",
+        "best_val_bleu": best,
+        "val_history": [{"step": 2000, "bleu": best, "loss": 1.8}],
+        "provenance": {"cpu": cpu, "commit": "0123456789abcdef"},
+        "test": {"test_2016_flickr": {"bleu": test, "beam": 5}},
+    }
+    if averaged is not None:
+        steps = ["step_2800.pt", "step_2900.pt", "step_3000.pt", "step_3100.pt", "step_3161.pt"]
+        metrics["eval"] = {"val.beam1.averaged": {"bleu": averaged, "averaged_from": steps}}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    return run_dir
+
+
+# seed -> dropout -> (best checkpoint's val BLEU, averaged's)
+SCORES = {
+    1: {0.1: (38.6, 38.2), 0.2: (39.4, 39.6), 0.3: (39.0, 39.1)},
+    2: {0.1: (38.2, 38.0), 0.2: (38.9, 39.3), 0.3: (39.5, 39.2)},
+    3: {0.1: (38.4, 38.1), 0.2: (39.1, 39.5), 0.3: (38.8, 38.9)},
+}
+
+
+def write_sweep(root, scores=SCORES, tests=None):
+    for seed, arms in scores.items():
+        for dropout, (best, averaged) in arms.items():
+            test = (tests or {}).get((seed, dropout), 30.0)
+            write_recipe_run(root, dropout, seed, best, averaged, test)
+    return load_sweep(root)[0]
+
+
+def test_the_highest_mean_over_the_seeds_is_chosen(tmp_path):
+    selection = select(write_sweep(tmp_path))
+    chosen = Candidate("model.dropout=0.2", "averaged")
+    assert selection.chosen == chosen
+    assert selection.mean(chosen) == pytest.approx((39.6 + 39.3 + 39.5) / 3)
+    assert selection.differences(chosen) == pytest.approx([1.0, 1.1, 1.1])
+    assert selection.block_leader(2) == Candidate("model.dropout=0.3", "best")
+
+
+def test_a_challenger_within_the_tie_leaves_todays_recipe(tmp_path):
+    close = {seed: {0.1: (38.0, 37.0), 0.2: (38.05, 37.0)} for seed in (1, 2, 3)}
+    selection = select(write_sweep(tmp_path, close))
+    assert selection.leader == Candidate("model.dropout=0.2", "best")
+    assert selection.chosen == Candidate("model.dropout=0.1", "best")
+    assert "within the plan's 0.1 BLEU" in selection_text(selection, "runs")
+
+
+def test_no_choice_until_every_planned_score_is_in(tmp_path):
+    partial = {1: SCORES[1], 2: SCORES[2] | {0.3: (39.5, None)}}
+    selection = select(write_sweep(tmp_path, partial))
+    assert selection.chosen is None
+    assert "model.dropout=0.3, average of the last 5, seed 2" in selection.missing
+    assert "model.dropout=0.1, best checkpoint, seed 3" in selection.missing
+    waiting = "seed 2 of model.dropout=0.3, average of the last 5; seed 3 (every candidate)"
+    assert f"No choice yet: the plan needs {waiting}." in selection_text(selection, "runs")
+
+
+def test_the_test_sets_decide_nothing(tmp_path):
+    favour_today = {(seed, 0.1): 99.0 for seed in (1, 2, 3)}
+    runs = write_sweep(tmp_path, tests=favour_today)
+    assert select(runs).chosen == Candidate("model.dropout=0.2", "averaged")
+    assert "99" not in selection_text(select(runs), "runs")
+
+
+def test_the_blocks_table_names_each_runs_machine_updates_and_averaged_steps(tmp_path):
+    runs = write_sweep(tmp_path)
+    text = selection_text(select(runs), "runs")
+    assert "Intel Xeon (family 6, model 143; torch's AVX512 kernels)" in text
+    assert "| 3,161 | max_minutes | 38.60 (2,000) | 38.20 (2,800-3,161) |" in text
+    assert averaged_steps(runs[0]) == "2,800-3,161"
+
+
+def test_the_script_writes_the_selection_in_the_sweep_and_beside_collected_runs(tmp_path, capsys):
+    write_sweep(tmp_path / "sweep")
+    code, out, _ = run_in_process("select_recipe.py", [f"sweep={tmp_path / 'sweep'}"], capsys)
+    assert code is None
+    written = (tmp_path / "sweep" / "selection.md").read_text()
+    assert "**Chosen: model.dropout=0.2, average of the last 5**" in written and written in out
+    collect = [f"sweep={tmp_path / 'sweep'}", f"dest={tmp_path / 'docs' / 'runs'}"]
+    assert run_in_process("collect_runs.py", collect, capsys)[0] is None
+    code, _, _ = run_in_process("select_recipe.py", [f"sweep={tmp_path / 'docs' / 'runs'}"])
+    assert code is None and (tmp_path / "docs" / "selection.md").read_text() == written.replace(
+        str(tmp_path / "sweep"), str(tmp_path / "docs" / "runs")
+    )
+
+
+def test_the_script_refuses_a_folder_without_runs(tmp_path, capsys):
+    code, _, err = run_in_process("select_recipe.py", [f"sweep={tmp_path}"], capsys)
+    assert "no finished run under" in str(code) + err
