@@ -4,7 +4,7 @@ planned seeds with the incumbent kept within the tie, and the test sets never re
 import json
 
 import pytest
-from helpers import compose_config, run_in_process
+from helpers import REPO, compose_config, run_in_process
 from omegaconf import OmegaConf
 
 from minimt.migrations import FORMAT_KEY, RUN_FORMAT
@@ -125,3 +125,11 @@ def test_the_script_writes_the_selection_in_the_sweep_and_beside_collected_runs(
 def test_the_script_refuses_a_folder_without_runs(tmp_path, capsys):
     code, _, err = run_in_process("select_recipe.py", [f"sweep={tmp_path}"], capsys)
     assert "no finished run under" in str(code) + err
+
+
+def test_the_committed_selection_is_what_the_committed_runs_give(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # the command selection.md names
+    recipe = REPO / "docs" / "recipe"
+    out = tmp_path / "selection.md"
+    assert run_in_process("select_recipe.py", ["sweep=docs/recipe/runs", f"out={out}"])[0] is None
+    assert out.read_text() == (recipe / "selection.md").read_text()
