@@ -144,8 +144,8 @@ def record_evaluations(
 def hyps_name(run: Path, hyps: Path) -> str:
     """`hyps` relative to the run directory where it lies inside it (the record stays true when
     the run is moved or collected), else as given."""
-    inside = hyps.resolve().is_relative_to(run.resolve())
-    return hyps.resolve().relative_to(run.resolve()).as_posix() if inside else str(hyps)
+    where, root = hyps.resolve(), run.resolve()
+    return where.relative_to(root).as_posix() if where.is_relative_to(root) else str(hyps)
 
 
 def as_list(value) -> list | None:

@@ -197,10 +197,15 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path:
     return paths[-1]
 
 
+def step_of(checkpoint: str | Path) -> int:
+    """The update a numbered checkpoint was saved at: "step_800.pt" -> 800."""
+    return int(Path(checkpoint).stem.split("_")[1])
+
+
 def saved_step(path: Path) -> int:
     """The update a checkpoint was saved at (its name's, or for last.pt its progress's)."""
     if path.name != OLD_LAST:
-        return int(path.stem.split("_")[1])
+        return step_of(path)
     return load_checkpoint(path)["state"]["step"]
 
 
@@ -261,7 +266,7 @@ def weight_mismatches(
 
 def step_checkpoints(ckpt_dir: str | Path) -> list[Path]:
     """The numbered checkpoints step_<N>.pt in `ckpt_dir`, oldest first."""
-    return sorted(Path(ckpt_dir).glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    return sorted(Path(ckpt_dir).glob("step_*.pt"), key=step_of)
 
 
 def remove_old_checkpoints(ckpt_dir: str | Path, keep: int) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
-from minimt.study.markdown import number, table
+from minimt.checkpoint import step_of
+from minimt.study.markdown import mean_std_cell, number, table
 from minimt.study.runs import Run
 from minimt.study.significance import mean, mean_std
 
@@ -52,25 +54,32 @@ def candidate_scores(run: Run) -> dict[Candidate, float]:
 
 @dataclass
 class Selection:
-    """The candidates' scores by seed, and the choice once every planned seed has them all."""
+    """The runs' candidates scored by seed, and the choice once every planned seed has them all."""
 
     runs: list[Run]
-    scores: dict[Candidate, dict[int, float]]  # candidate -> seed -> greedy val BLEU
     seeds: tuple[int, ...]  # the planned seeds
     incumbent: Candidate
     tie: float
 
+    @cached_property
+    def scores(self) -> dict[Candidate, dict[int, float]]:
+        """candidate -> seed -> greedy val BLEU."""
+        scores: dict[Candidate, dict[int, float]] = {}
+        for run in self.runs:
+            for candidate, score in candidate_scores(run).items():
+                scores.setdefault(candidate, {})[run.seed] = score
+        return scores
+
+    def lacking(self, seed: int) -> list[Candidate]:
+        """The candidates not scored on `seed` yet."""
+        return [c for c in self.candidates if seed not in self.scores[c]]
+
     @property
     def missing(self) -> list[str]:
         """Each planned score not in yet, as "<candidate>, seed <k>"."""
-        return [
-            f"{c.title}, seed {seed}"
-            for c in self.candidates
-            for seed in self.seeds
-            if seed not in self.scores[c]
-        ]
+        return [f"{c.title}, seed {seed}" for seed in self.seeds for c in self.lacking(seed)]
 
-    @property
+    @cached_property
     def candidates(self) -> list[Candidate]:
         return sorted(self.scores, key=lambda c: (c.arm, list(CHECKPOINTS).index(c.checkpoint)))
 
@@ -110,11 +119,7 @@ def select(
     tie: float = TIE,
 ) -> Selection:
     """The selection from `runs` (named by minimt.study.runs.load_sweep), by the plan's rule."""
-    scores: dict[Candidate, dict[int, float]] = {}
-    for run in runs:
-        for candidate, score in candidate_scores(run).items():
-            scores.setdefault(candidate, {})[run.seed] = score
-    return Selection(list(runs), scores, tuple(seeds), incumbent, tie)
+    return Selection(list(runs), tuple(seeds), incumbent, tie)
 
 
 def averaged_steps(run: Run) -> str:
@@ -122,9 +127,7 @@ def averaged_steps(run: Run) -> str:
     averaged = run.metrics.get("eval", {}).get(AVERAGED)
     if averaged is None or not averaged.get("averaged_from"):
         return "-"
-    steps = [
-        int(name.removeprefix("step_").removesuffix(".pt")) for name in averaged["averaged_from"]
-    ]
+    steps = [step_of(name) for name in averaged["averaged_from"]]
     return f"{min(steps):,}-{max(steps):,}"
 
 
@@ -161,7 +164,7 @@ def candidates_table(selection: Selection) -> str:
         m, sd = mean_std(values)
         dm, dsd = mean_std(selection.differences(c))
         rows.append(
-            " | ".join([c.title, *cells, number(m) + ("" if sd is None else f" ± {sd:.2f}")])
+            " | ".join([c.title, *cells, mean_std_cell(m, sd)])
             + f" | {'-' if c == selection.incumbent else number(dm, sign='+')}"
             + f" | {'-' if c == selection.incumbent else number(dsd)}"
         )
@@ -176,11 +179,11 @@ def missing_by_seed(selection: Selection) -> list[str]:
         return [f"{selection.incumbent.title} (today's recipe)"]
     waiting = []
     for seed in selection.seeds:
-        lacking = [c.title for c in selection.candidates if seed not in selection.scores[c]]
+        lacking = selection.lacking(seed)
         if len(lacking) == len(selection.candidates):
             waiting.append(f"seed {seed} (every candidate)")
         elif lacking:
-            waiting.append(f"seed {seed} of {', '.join(lacking)}")
+            waiting.append(f"seed {seed} of {', '.join(c.title for c in lacking)}")
     return waiting
 
 
