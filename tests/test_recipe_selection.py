@@ -2,13 +2,21 @@
 planned seeds with the incumbent kept within the tie, and the test sets never read."""
 
 import json
+import math
 
 import pytest
 from helpers import REPO, compose_config, run_in_process
 from omegaconf import OmegaConf
+from scipy import stats
 
 from minimt.migrations import FORMAT_KEY, RUN_FORMAT
-from minimt.study.recipe import Candidate, averaged_steps, select, selection_text
+from minimt.study.recipe import (
+    Candidate,
+    averaged_steps,
+    confirmation_size,
+    select,
+    selection_text,
+)
 from minimt.study.runs import load_sweep
 
 INTEL = {"vendor": "GenuineIntel", "family": 6, "model": 143, "model_name": "Intel Xeon"}
@@ -133,3 +141,33 @@ def test_the_committed_selection_is_what_the_committed_runs_give(tmp_path, monke
     out = tmp_path / "selection.md"
     assert run_in_process("select_recipe.py", ["sweep=docs/recipe/runs", f"out={out}"])[0] is None
     assert out.read_text() == (recipe / "selection.md").read_text()
+
+
+def test_the_confirmation_is_powered_at_the_upper_limit_of_the_chosen_candidates_spread(tmp_path):
+    """Differences 0.5, 1.5, 1.0 from today's: sd 0.5 on 2 degrees of freedom, whose chi-square
+    quantile is closed-form (-2 ln(1 - q)), so the 80% upper limit is 0.5 / sqrt(ln 1.25); the
+    seed count is the fewest pairs whose noncentral-t power reaches 80% at a gain of 1 BLEU."""
+    spread = {
+        seed: {0.1: (38.0, 37.0), 0.2: (38.0 + gain, 37.0)}
+        for seed, gain in ((1, 0.5), (2, 1.5), (3, 1.0))
+    }
+    selection = select(write_sweep(tmp_path, spread))
+    size = confirmation_size(selection)
+    assert size.sd == pytest.approx(0.5)
+    assert size.sd_limit == pytest.approx(0.5 / math.sqrt(math.log(1.25)))
+
+    def power(n: int) -> float:
+        critical = stats.t.ppf(0.975, n - 1)
+        noncentrality = math.sqrt(n) / size.sd_limit
+        lower = stats.nct.cdf(-critical, n - 1, noncentrality)
+        return stats.nct.sf(critical, n - 1, noncentrality) + lower
+
+    assert power(size.seeds) >= 0.8 > power(size.seeds - 1)
+    assert f"**The confirmation's seed pairs: {size.seeds}**" in selection_text(selection, "runs")
+
+
+def test_no_confirmation_where_todays_recipe_is_kept_or_nothing_is_chosen(tmp_path):
+    close = {seed: {0.1: (38.0, 37.0), 0.2: (38.05, 37.0)} for seed in (1, 2, 3)}
+    assert confirmation_size(select(write_sweep(tmp_path / "close", close))) is None
+    assert confirmation_size(select(write_sweep(tmp_path / "partial", {1: SCORES[1]}))) is None
+    assert "seed pairs" not in selection_text(select(load_sweep(tmp_path / "close")[0]), "runs")

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from minimt.study.significance import PairedDifference, holm, paired_difference
+from minimt.study.significance import PairedDifference, holm, paired_difference, sd_upper_limit
 
 
 def t2_quantile(q: float) -> float:
@@ -42,3 +42,12 @@ def test_holm_on_a_textbook_example():
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert holm([0.02]) == pytest.approx([0.02])
     assert holm([]) == []
+
+
+def test_the_sd_upper_limit_matches_the_chi_square_closed_form_for_two_degrees():
+    """Chi-square with 2 degrees of freedom has F(x) = 1 - exp(-x / 2): the one-sided upper
+    limit at confidence c is sd sqrt(2 / (-2 ln c)); with many degrees it nears the sd itself."""
+    for confidence in (0.8, 0.95):
+        expected = 0.7 * math.sqrt(2 / (-2 * math.log(confidence)))
+        assert sd_upper_limit(0.7, 2, confidence) == pytest.approx(expected, rel=1e-12)
+    assert 0.7 < sd_upper_limit(0.7, 10_000, 0.8) < 0.7 * 1.01

@@ -8,6 +8,10 @@ Each run gives two candidates: its best checkpoint, scored by the run's own gree
 machine, so their arms are compared at one speed. The candidate with the highest mean over the
 planned seeds is chosen, unless its mean is within `tie` BLEU of the incumbent's: then the
 incumbent is kept. Only validation BLEU is read; the test sets decide nothing here.
+
+A challenger chosen goes on to the confirmation (docs/results.md, "The plan of the
+confirmation"), whose seed count comes from the chosen candidate's paired differences here: the
+upper confidence limit of their sd, and the exact power of the paired t-test at the study's margin.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from functools import cached_property
 from minimt.checkpoint import step_of
 from minimt.study.markdown import mean_std_cell, number, table
 from minimt.study.runs import Run
-from minimt.study.significance import mean, mean_std
+from minimt.study.significance import (
+    MAX_SEEDS,
+    MIN_SEEDS,
+    Rules,
+    mean,
+    mean_std,
+    sd_upper_limit,
+    seeds_for_difference,
+)
 
 AVERAGED = "val.beam1.averaged"  # the eval entry of the averaged candidate
 CHECKPOINTS = {"best": "best checkpoint", "averaged": "average of the last 5"}
@@ -40,6 +52,7 @@ class Candidate:
 INCUMBENT = Candidate("model.dropout=0.1", "best")  # what `make train` reports today
 TIE = 0.1  # BLEU: a challenger this close to the incumbent's mean does not replace it
 SEEDS = (1, 2, 3)
+SD_CONFIDENCE = 0.8  # the confirmation is powered at this upper confidence limit of the sd
 
 
 def candidate_scores(run: Run) -> dict[Candidate, float]:
@@ -110,6 +123,40 @@ class Selection:
         """`candidate` minus the incumbent, seed by seed, where both are scored."""
         mine, theirs = self.scores[candidate], self.scores.get(self.incumbent, {})
         return [mine[s] - theirs[s] for s in self.seeds if s in mine and s in theirs]
+
+
+@dataclass(frozen=True)
+class ConfirmationSize:
+    """The confirmation's seed pairs, powered for a true gain of `gain` BLEU by the two-sided paired
+    t-test at `alpha`, at the upper confidence limit of the selection's spread."""
+
+    sd: float  # of the chosen candidate's paired differences from today's, over the planned seeds
+    sd_limit: float  # its one-sided SD_CONFIDENCE upper confidence limit
+    gain: float
+    alpha: float
+    power: float
+    seeds: int | None  # None: more than significance.MAX_SEEDS
+
+
+def confirmation_size(selection: Selection) -> ConfirmationSize | None:
+    """The seed pairs the confirmation plans for, at the study's alpha, power and margin (the
+    gain); None where the selection keeps the incumbent or has not chosen. A 3-seed sd is an
+    uncertain estimate: powering at its upper limit keeps the confirmation from resting on a
+    spread that came out small by chance."""
+    rules = Rules()
+    chosen = selection.chosen
+    if chosen is None or chosen == selection.incumbent:
+        return None
+    differences = selection.differences(chosen)
+    sd = mean_std(differences)[1]
+    sd_limit = sd_upper_limit(sd, len(differences) - 1, SD_CONFIDENCE)
+    needed = (
+        MIN_SEEDS
+        if sd_limit == 0
+        else seeds_for_difference(sd_limit, rules.margin, rules.alpha, rules.power)
+    )
+    seeds = None if needed is None else max(MIN_SEEDS, needed)
+    return ConfirmationSize(sd, sd_limit, rules.margin, rules.alpha, rules.power, seeds)
 
 
 def select(
@@ -215,7 +262,21 @@ def choice_text(selection: Selection) -> str:
             f"{', '.join(map(str, selection.seeds))}; the confirmation decides whether the "
             "default changes."
         )
+        lines.append(confirmation_text(confirmation_size(selection)))
     return "\n\n".join(lines)
+
+
+def confirmation_text(size: ConfirmationSize) -> str:
+    """The confirmation's seed count and the power calculation it comes from."""
+    seeds = f"more than {MAX_SEEDS}" if size.seeds is None else str(size.seeds)
+    return (
+        f"**The confirmation's seed pairs: {seeds}** (docs/results.md, \"The plan of the "
+        f"confirmation\"): the chosen candidate's differences from today's recipe have sd "
+        f"{size.sd:.2f} BLEU over the selection's seeds, {size.sd_limit:.2f} at its "
+        f"{SD_CONFIDENCE:.0%} upper confidence limit; at that sd, {seeds} pairs give the two-sided "
+        f"paired t-test at alpha {size.alpha} {size.power:.0%} power for a true gain of "
+        f"{size.gain} BLEU."
+    )
 
 
 def selection_text(selection: Selection, source: str) -> str:

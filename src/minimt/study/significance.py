@@ -155,6 +155,13 @@ def chi2_pdf(v: float, dof: int) -> float:
     return float(np.exp(log_pdf - (np.log(2) * dof) / 2.0))
 
 
+def sd_upper_limit(sd: float, dof: int, confidence: float) -> float:
+    """The one-sided `confidence` upper confidence limit of a normal population's sd from a
+    sample sd on `dof` degrees of freedom: sd sqrt(dof / chi2_{1 - confidence, dof}), since
+    dof s^2 / sigma^2 is chi-square with `dof` degrees of freedom."""
+    return sd * math.sqrt(dof / float(stats.chi2.ppf(1 - confidence, dof)))
+
+
 def detectable_difference(sd: float, seeds: int, alpha: float, power: float) -> float:
     """The smallest true difference the test at `alpha` detects with `power`."""
 
