@@ -8,7 +8,15 @@ import pytest
 
 from minimt.cli import one_line, one_line_errors
 from minimt.errors import NotFound
-from scripts import average_checkpoints, collect_runs, evaluate, report, translate
+from scripts import (
+    average_checkpoints,
+    collect_runs,
+    confirm_recipe,
+    evaluate,
+    report,
+    select_recipe,
+    translate,
+)
 from tests.helpers import error_line, run_in_process, run_script
 
 
@@ -81,7 +89,15 @@ def test_a_script_argument_of_the_wrong_type_is_one_line_naming_it(script, argum
     assert str(status).startswith(f"error: {named}") and "\n" not in str(status)
 
 
-SCRIPTS = [translate, evaluate, average_checkpoints, report, collect_runs]
+SCRIPTS = [
+    translate,
+    evaluate,
+    average_checkpoints,
+    report,
+    collect_runs,
+    select_recipe,
+    confirm_recipe,
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda script: script.__name__.split(".")[-1])

@@ -65,6 +65,11 @@ def mean_std_cell(mean: float | None, std: float | None, digits: int = 2) -> str
     return number(mean, digits) + ("" if std is None else f" ± {std:.{digits}f}")
 
 
+def interval_cell(low: float | None, high: float | None) -> str:
+    """A 95% interval "[-0.91, -0.09]"; "-" without one."""
+    return "-" if low is None else f"[{low:+.2f}, {high:+.2f}]"
+
+
 def p_cell(p: float | None) -> str:
     return "-" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
@@ -209,7 +214,7 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
                 seeds += f"; {c.describe_machines()}"
             if c.unpaired:
                 seeds += f"; {c.describe_unpaired()}"
-            ci = "-" if r["ci95_low"] is None else f"[{r['ci95_low']:+.2f}, {r['ci95_high']:+.2f}]"
+            ci = interval_cell(r["ci95_low"], r["ci95_high"])
             needed = [r["seeds_for_difference"], r["seeds_for_equivalence"]]
             needed = " / ".join("-" if k is None else str(k) for k in needed)
             verdict = r["verdict"] if r["verdict"].startswith("waiting") else f"**{r['verdict']}**"

@@ -262,11 +262,11 @@ def choice_text(selection: Selection) -> str:
             f"{', '.join(map(str, selection.seeds))}; the confirmation decides whether the "
             "default changes."
         )
-        lines.append(confirmation_text(confirmation_size(selection)))
+        lines.append(seed_pairs_text(confirmation_size(selection)))
     return "\n\n".join(lines)
 
 
-def confirmation_text(size: ConfirmationSize) -> str:
+def seed_pairs_text(size: ConfirmationSize) -> str:
     """The confirmation's seed count and the power calculation it comes from."""
     seeds = f"more than {MAX_SEEDS}" if size.seeds is None else str(size.seeds)
     return (

@@ -159,6 +159,8 @@ def sd_upper_limit(sd: float, dof: int, confidence: float) -> float:
     """The one-sided `confidence` upper confidence limit of a normal population's sd from a
     sample sd on `dof` degrees of freedom: sd sqrt(dof / chi2_{1 - confidence, dof}), since
     dof s^2 / sigma^2 is chi-square with `dof` degrees of freedom."""
+    if dof < 1:
+        raise ValueError(f"an sd on {dof} degrees of freedom has no confidence limit")
     return sd * math.sqrt(dof / float(stats.chi2.ppf(1 - confidence, dof)))
 
 
