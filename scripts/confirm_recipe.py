@@ -15,9 +15,7 @@ verdict on test_2016_flickr, the secondary test sets, the gates on speed and the
 import sys
 from pathlib import Path
 
-from minimt.atomic import WriteError, write_text
-from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.errors import with_hint
+from minimt.cli import one_line_errors, parse_args, publish, setup_logging
 from minimt.study.confirmation import confirm, confirmation_text
 from minimt.study.recipe import select
 from minimt.study.runs import findings_dir, load_sweep
@@ -43,10 +41,7 @@ def main(argv: list[str]) -> None:
     confirmation = confirm(select(selection_runs), runs, slow_runs)
     text = confirmation_text(confirmation, args.sweep, args.slow)
     out = Path(args.out) if args.out else findings_dir(sweep, runs) / "confirmation.md"
-    with with_hint(f"{out} is its previous version or none", WriteError):
-        write_text(out, text)
-    print(text)
-    print(f"wrote {out}")
+    publish(text, out)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ not at all. The test sets are never read.
 import sys
 from pathlib import Path
 
-from minimt.atomic import WriteError, write_text
-from minimt.cli import one_line_errors, parse_args, setup_logging
-from minimt.errors import with_hint
+from minimt.cli import one_line_errors, parse_args, publish, setup_logging
 from minimt.study.recipe import select, selection_text
 from minimt.study.runs import findings_dir, load_sweep
 
@@ -34,10 +32,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: no finished run under {sweep}: train them first (docs/results.md)")
     text = selection_text(select(runs), args.sweep)
     out = Path(args.out) if args.out else findings_dir(sweep, runs) / "selection.md"
-    with with_hint(f"{out} is its previous version or none", WriteError):
-        write_text(out, text)
-    print(text)
-    print(f"wrote {out}")
+    publish(text, out)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What the scripts share: `key=value` command lines (lists as [a,b]), logging to stderr, and
-user errors and interruptions (Ctrl-C, SIGTERM) ending a script as one line."""
+"""What the scripts share: `key=value` command lines (lists as [a,b]), logging to stderr, user
+errors and interruptions (Ctrl-C, SIGTERM) ending a script as one line, and a markdown finding
+written and shown."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError
 
-from minimt.errors import MinimtError
+from minimt.atomic import WriteError, write_text
+from minimt.errors import MinimtError, with_hint
 from minimt.signals import Terminated, interrupted_line, stop_signals_raise
 
 # Hydra's switch for train.py's full traceback; every script reads the same one.
@@ -88,3 +91,11 @@ def one_line(message: str) -> str:
     """A message's indented lines (`header:\n  item\n  item`) as `header: item; item`."""
     header, *items = [line.strip() for line in message.splitlines() if line.strip()] or [""]
     return " ".join([header, "; ".join(items)]) if items else header
+
+
+def publish(text: str, out: Path) -> None:
+    """Write `text` to `out` whole or not at all, then print it and where it went."""
+    with with_hint(f"{out} is its previous version or none", WriteError):
+        write_text(out, text)
+    print(text)
+    print(f"wrote {out}")
