@@ -16,11 +16,17 @@ from dataclasses import dataclass
 
 from minimt.errors import MinimtError
 from minimt.study.markdown import interval_cell, mean_std_cell, number, p_cell, table
-from minimt.study.recipe import AVERAGED, Candidate, Selection, commit_of, confirmation_size
+from minimt.study.recipe import (
+    Candidate,
+    ConfirmationSize,
+    Selection,
+    commit_of,
+    confirmation_size,
+    val_bleu,
+)
 from minimt.study.runs import Run, settings
 from minimt.study.significance import (
     PairedDifference,
-    Rules,
     holm,
     mean,
     mean_std,
@@ -50,14 +56,6 @@ def figure(run: Run, candidate: Candidate, test_set: str) -> float | None:
     "test") or its average's ("test_average", scored where trainer.average_last is set)."""
     key = "test_average" if candidate.checkpoint == "averaged" else "test"
     return run.metrics.get(key, {}).get(test_set, {}).get("bleu")
-
-
-def reported_val(run: Run, candidate: Candidate) -> float | None:
-    """Greedy val BLEU of the checkpoint the candidate reports: the run's best validation, or the
-    average's once `scripts/evaluate.py run=RUN average=5 split=[val] beam=[1]` scored it."""
-    if candidate.checkpoint == "best":
-        return run.metrics["best_val_bleu"]
-    return run.metrics.get("eval", {}).get(AVERAGED, {}).get("bleu")
 
 
 @dataclass(frozen=True)
@@ -135,11 +133,15 @@ class Confirmation:
 
     incumbent: Candidate
     chosen: Candidate
-    seeds: tuple[int, ...]  # planned
+    size: ConfirmationSize  # the planned pairs and the test's alpha
     pairs: dict[int, Pair]  # the planned seeds' finished pairs
     slow: Pair | None  # seed FIRST_SEED at trainer.max_steps=SLOW_STEPS
     refused: list[str]  # runs not counted, with why
-    rules: Rules
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The planned seeds."""
+        return planned_seeds(self.size)
 
     @property
     def waiting(self) -> list[str]:
@@ -162,7 +164,7 @@ class Confirmation:
     def better(self) -> bool:
         primary = self.difference(HEADLINE)
         return (
-            primary.mean > 0 and primary.p_value is not None and primary.p_value < self.rules.alpha
+            primary.mean > 0 and primary.p_value is not None and primary.p_value < self.size.alpha
         )
 
     @property
@@ -170,7 +172,7 @@ class Confirmation:
         """Mean over the chosen runs of (reported checkpoint's val BLEU - the run's best
         validation); None while an average's val BLEU is unscored."""
         chosen = [p.chosen for p in self.pairs.values()]
-        reported = [reported_val(run, self.chosen) for run in chosen]
+        reported = [val_bleu(run, self.chosen.checkpoint) for run in chosen]
         if not chosen or None in reported:
             return None
         return mean(
@@ -203,13 +205,16 @@ def confirm(selection: Selection, runs: Sequence[Run], slow_runs: Sequence[Run])
         )
     if size.seeds is None:
         raise NoConfirmation("the selection's spread needs more pairs than any plan can train")
-    seeds = tuple(range(FIRST_SEED, FIRST_SEED + size.seeds))
+    seeds = planned_seeds(size)
     incumbent, chosen = selection.incumbent, selection.chosen
     pairs, refused = pair_runs(runs, incumbent, chosen, seeds, slow=False)
     slow_pairs, slow_refused = pair_runs(slow_runs, incumbent, chosen, seeds[:1], slow=True)
-    return Confirmation(
-        incumbent, chosen, seeds, pairs, slow_pairs.get(FIRST_SEED), refused + slow_refused, Rules()
-    )
+    slow = slow_pairs.get(FIRST_SEED)
+    return Confirmation(incumbent, chosen, size, pairs, slow, refused + slow_refused)
+
+
+def planned_seeds(size: ConfirmationSize) -> tuple[int, ...]:
+    return tuple(range(FIRST_SEED, FIRST_SEED + size.seeds))
 
 
 def updates_cell(pair: Pair) -> str:
@@ -253,7 +258,7 @@ def primary_text(c: Confirmation) -> str:
     return (
         f"**{HEADLINE}** (beam 5): {c.chosen.title} minus today's recipe {d.mean:+.2f} BLEU, 95% "
         f"interval {interval(d)}, paired t-test p {p_cell(d.p_value)}, {d.seeds} seeds: {verdict} "
-        f"(the plan's test: two-sided, alpha {c.rules.alpha})."
+        f"(the plan's test: two-sided, alpha {c.size.alpha})."
     )
 
 

@@ -55,14 +55,22 @@ SEEDS = (1, 2, 3)
 SD_CONFIDENCE = 0.8  # the confirmation is powered at this upper confidence limit of the sd
 
 
+def val_bleu(run: Run, checkpoint: str) -> float | None:
+    """Greedy val BLEU of one of the run's checkpoints (a key of CHECKPOINTS): its best
+    validation's, or its average's once scored (None before)."""
+    if checkpoint == "best":
+        return run.metrics["best_val_bleu"]
+    averaged = run.metrics.get("eval", {}).get(AVERAGED)
+    return None if averaged is None else averaged["bleu"]
+
+
 def candidate_scores(run: Run) -> dict[Candidate, float]:
     """Greedy val BLEU of the run's candidates: its best checkpoint's, and its average's once
     scored (absent before)."""
-    scores = {Candidate(run.name, "best"): run.metrics["best_val_bleu"]}
-    averaged = run.metrics.get("eval", {}).get(AVERAGED)
-    if averaged is not None:
-        scores[Candidate(run.name, "averaged")] = averaged["bleu"]
-    return scores
+    scores = {
+        Candidate(run.name, checkpoint): val_bleu(run, checkpoint) for checkpoint in CHECKPOINTS
+    }
+    return {candidate: score for candidate, score in scores.items() if score is not None}
 
 
 @dataclass
