@@ -9,7 +9,8 @@ one, on one machine) and the slow pair under `slow` (trainer.max_steps=850), and
 confirmation to `out` (default: confirmation.md in the sweep directory, or beside it for
 collected runs), whole or not at all. Until every planned pair, the slow pair and the chosen runs'
 averaged val scores are in, it shows what trained and no test figure (one look); then the
-verdict on test_2016_flickr, the secondary test sets, the gates on speed and the decision.
+verdict on test_2016_flickr, the secondary test sets, the gates on speed and the decision, and
+(exploratory) the chosen candidate's two changes apart where both arms scored their averages.
 """
 
 import sys

@@ -196,3 +196,48 @@ def test_the_script_writes_the_confirmation_beside_its_runs(tmp_path, capsys):
     assert code is None
     written = (tmp_path / "confirm" / "confirmation.md").read_text()
     assert "**The default changes to" in written and written in out
+
+
+def test_the_two_changes_apart_are_shown_after_the_look_where_both_arms_averaged(tmp_path):
+    """Averaging at dropout 0.1 gains 1.0, 1.2, 0.8: mean 1.0, sd 0.2, so the 95% interval is
+    1.0 +- t(0.975, 2) 0.2 / sqrt(3) = 1.0 +- 0.497. Only the look shows it, and only where the
+    incumbent's runs scored their average too (the other tests' do not)."""
+    selection = select(write_sweep(tmp_path / "selection", SCORES))
+    # seed -> (dropout 0.1 best, its average, dropout 0.2 best, its average)
+    figures = {
+        11: (39.0, 40.0, 40.0, 41.0),
+        12: (39.2, 40.4, 39.8, 40.8),
+        13: (38.8, 39.6, 40.2, 40.6),
+    }
+    slow = (38.8, 38.0, 36.9, 36.4)
+    for root, seed, (best, average, chosen_best, chosen_average), budget in [
+        *((tmp_path / "confirm", seed, f, {}) for seed, f in figures.items()),
+        (tmp_path / "slow", 11, slow, {"steps": 850, "max_steps": 850}),
+    ]:
+        score_run(write_recipe_run(root, 0.1, seed, best=39.8), best, average=average, **budget)
+        chosen_run = write_recipe_run(root, 0.2, seed, best=39.8)
+        score_run(chosen_run, chosen_best, average=chosen_average, **budget)
+    runs, slow_runs = load_sweep(tmp_path / "confirm")[0], load_sweep(tmp_path / "slow")[0]
+    text = confirmation_text(confirm(selection, runs, slow_runs), "runs", "slow")
+    assert "## The two changes apart (exploratory)" in text
+    assert "| model.dropout=0.1, average of the last 5 | 40.00 | 38.00 |" in text
+    assert "| model.dropout=0.2, best checkpoint | 40.00 | 36.90 |" in text
+    assert (
+        "| model.dropout=0.1, average of the last 5 minus model.dropout=0.1, best checkpoint "
+        "| +1.00 | [+0.50, +1.50] | -0.80 |"
+    ) in text
+    assert (
+        "| model.dropout=0.2, average of the last 5 minus model.dropout=0.2, best checkpoint "
+        "| +0.80 |"
+    ) in text
+    assert (
+        "model.dropout=0.2, best checkpoint minus model.dropout=0.1, best checkpoint | +1.00 |"
+        in text
+    )
+
+    waiting = confirm(selection, runs, [])
+    assert "two changes apart" not in confirmation_text(waiting, "runs", "slow")
+
+
+def test_the_two_changes_are_not_shown_where_todays_runs_scored_no_average(tmp_path):
+    assert "two changes apart" not in confirmation_text(confirmation(tmp_path), "runs", "slow")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from minimt.errors import MinimtError
 from minimt.study.markdown import interval_cell, mean_std_cell, number, p_cell, table
 from minimt.study.recipe import (
+    CHECKPOINTS,
     Candidate,
     ConfirmationSize,
     Selection,
@@ -333,6 +334,56 @@ def verdict_text(c: Confirmation) -> str:
     return "\n\n".join(parts)
 
 
+def run_of(c: Confirmation, pair: Pair, candidate: Candidate) -> Run:
+    """The run of `pair` that trained `candidate`'s arm."""
+    return pair.today if candidate.arm == c.incumbent.arm else pair.chosen
+
+
+def headline_figures(
+    c: Confirmation, pairs: Sequence[Pair], candidate: Candidate
+) -> list[float | None]:
+    """`candidate`'s test_2016_flickr figure in each pair (None where its run did not score it)."""
+    return [figure(run_of(c, p, candidate), candidate, HEADLINE) for p in pairs]
+
+
+def apart_text(c: Confirmation) -> str | None:
+    """Exploratory, after the look: the chosen candidate's two changes (its arm's setting, its
+    checkpoint) apart, where every run of both arms scored its best checkpoint and its average;
+    None where they did not, or where both candidates come from one arm."""
+    arms = (c.incumbent.arm, c.chosen.arm)
+    candidates = [Candidate(arm, checkpoint) for arm in arms for checkpoint in CHECKPOINTS]
+    pairs = [c.pairs[seed] for seed in c.seeds]
+    if arms[0] == arms[1] or any(
+        None in headline_figures(c, [*pairs, c.slow], k) for k in candidates
+    ):
+        return None
+    means = [
+        f"{k.title} | {number(mean(headline_figures(c, pairs, k)))}"
+        f" | {number(headline_figures(c, [c.slow], k)[0])}"
+        for k in candidates
+    ]
+    changes = [(Candidate(arm, "best"), Candidate(arm, "averaged")) for arm in arms]
+    changes.append((Candidate(arms[0], "best"), Candidate(arms[1], "best")))
+    differences = []
+    for before, after in changes:
+        d = paired_difference(headline_figures(c, pairs, before), headline_figures(c, pairs, after))
+        slow = headline_figures(c, [c.slow], after)[0] - headline_figures(c, [c.slow], before)[0]
+        differences.append(
+            f"{after.title} minus {before.title} | {d.mean:+.2f} | {interval(d)}"
+            f" | {number(slow, sign='+')}"
+        )
+    return "\n\n".join(
+        [
+            "## The two changes apart (exploratory)",
+            "Chosen after the look: every run of both arms also scored the average of its last 5 "
+            f"checkpoints, so the pairs separate the arm's setting from the averaging. {HEADLINE}, "
+            f"beam 5; the slow pair is one seed (trainer.max_steps={SLOW_STEPS}).",
+            table(f"candidate | mean over the {len(pairs)} pairs | the slow pair", means),
+            table("change | mean difference | 95% interval | the slow pair", differences),
+        ]
+    )
+
+
 def confirmation_text(c: Confirmation, source: str, slow_source: str) -> str:
     """The confirmation as markdown: what it compares, the pairs, the slow pair, the verdict."""
     looked = not c.waiting
@@ -351,6 +402,9 @@ def confirmation_text(c: Confirmation, source: str, slow_source: str) -> str:
         "## The verdict",
         verdict_text(c),
     ]
+    apart = apart_text(c) if looked else None
+    if apart:
+        parts.append(apart)
     if c.refused:
         parts += ["## Runs not counted", "\n".join(f"- {why}" for why in c.refused)]
     return "\n\n".join(parts) + "\n"
