@@ -1,16 +1,22 @@
+import inspect
 import math
+import re
 
 import pytest
 import torch
 
 from minimt.model.embedding import Seq2SeqEmbedding
 from minimt.model.positions import (
+    BUILT_IN_ENCODINGS,
     AlibiBias,
+    LearnedPositions,
     RotaryPositions,
+    SinusoidalPositions,
     alibi_slopes,
     rotary_tables,
     sinusoidal_table,
 )
+from tests.helpers import REPO
 
 
 def make_embedding(**overrides) -> Seq2SeqEmbedding:
@@ -400,3 +406,87 @@ def test_input_magnitudes_are_the_rms_of_scaled_tokens_and_of_the_added_position
 def test_input_magnitudes_without_an_added_table_have_no_ratio(positions):
     got = make_embedding(positions=positions).input_magnitudes(10)["tgt"]
     assert got["position_rms"] == 0.0 and got["ratio"] is None
+
+
+# The tutorial minimt started from: its constructor's keywords, positional order and defaults are
+# public API, called here exactly as the tutorial calls them.
+TUTORIAL_PARAMETERS = [
+    ("src_vocab_size", inspect.Parameter.empty),
+    ("tgt_vocab_size", inspect.Parameter.empty),
+    ("d_model", inspect.Parameter.empty),
+    ("max_seq_len", 5000),
+    ("dropout", 0.1),
+    ("src_padding_idx", 0),
+    ("tgt_padding_idx", 0),
+    ("share_embeddings", False),
+    ("pos_encoding", "sinusoidal"),
+]
+
+
+def test_constructor_keeps_the_tutorials_positional_order_and_defaults():
+    parameters = list(inspect.signature(Seq2SeqEmbedding).parameters.values())
+    positional = [p for p in parameters if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    assert [(p.name, p.default) for p in positional] == TUTORIAL_PARAMETERS
+
+
+def test_tutorials_final_call_embeds_both_sides():
+    torch.manual_seed(0)
+    emb = Seq2SeqEmbedding(
+        src_vocab_size=8000, tgt_vocab_size=10000, d_model=512, max_seq_len=128, dropout=0.1
+    ).eval()
+    src, tgt = random_ids(8000, (4, 30)), random_ids(10000, (4, 25), seed=2)
+    src_emb, tgt_emb = emb.encode_source(src), emb.encode_target(tgt)
+    assert src_emb.shape == (4, 30, 512) and tgt_emb.shape == (4, 25, 512)
+    expected = emb.src_tokens(src) * math.sqrt(512) + sinusoidal_table(30, 512)
+    torch.testing.assert_close(src_emb, expected)
+    assert emb.src_tokens.weight.std().item() == pytest.approx(512**-0.5, rel=0.02)
+    assert emb.tgt_tokens.weight[0].abs().sum() == 0  # padding row zero
+
+
+@pytest.mark.parametrize("share_embeddings", [False, True])
+def test_tutorials_learned_call_shares_one_table_of_positions(share_embeddings):
+    torch.manual_seed(0)
+    emb = Seq2SeqEmbedding(
+        src_vocab_size=300,
+        tgt_vocab_size=300,
+        d_model=32,
+        max_seq_len=64,
+        dropout=0.0,
+        src_padding_idx=0,
+        tgt_padding_idx=0,
+        share_embeddings=share_embeddings,
+        pos_encoding="learned",
+    )
+    assert isinstance(emb.positions, LearnedPositions)
+    assert emb.src_positions is emb.tgt_positions
+    assert (emb.tgt_tokens is emb.src_tokens) == share_embeddings
+    ids = random_ids(300, (2, 10))
+    table = emb.positions.table.weight[:10]
+    torch.testing.assert_close(emb.encode_target(ids), emb.tgt_tokens(ids) * math.sqrt(32) + table)
+
+
+@pytest.mark.parametrize("name", list(BUILT_IN_ENCODINGS))
+def test_tutorials_positional_call_takes_every_built_in_name(name):
+    emb = Seq2SeqEmbedding(100, 120, 16, 64, 0.0, 0, 0, False, name, n_heads=2)
+    assert type(emb.src_positions) is BUILT_IN_ENCODINGS[name]
+    assert type(emb.tgt_positions) is BUILT_IN_ENCODINGS[name]
+    assert emb.encode_target(random_ids(120, (2, 7))).shape == (2, 7, 16)
+
+
+def test_a_side_of_its_own_takes_precedence_over_pos_encoding():
+    emb = Seq2SeqEmbedding(50, 50, 16, 32, pos_encoding="learned", tgt_positions="sinusoidal")
+    assert isinstance(emb.src_positions, LearnedPositions)
+    assert isinstance(emb.tgt_positions, SinusoidalPositions)
+
+
+def test_tutorials_shared_call_needs_one_vocabulary():
+    with pytest.raises(ValueError, match="share_embeddings ties source and target tables"):
+        Seq2SeqEmbedding(8000, 10000, 64, share_embeddings=True)
+
+
+def test_readmes_example_runs_as_shown():
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+    (example,) = [block for block in blocks if "Seq2SeqEmbedding(" in block]
+    namespace: dict = {}
+    exec(example, namespace)  # the README's own code
+    assert namespace["emb"].encode_source(torch.randint(1, 8000, (4, 30))).shape == (4, 30, 512)

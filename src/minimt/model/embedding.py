@@ -21,11 +21,13 @@ def token_table(vocab_size: int, d_model: int, padding_idx: int, std: float) -> 
 class Seq2SeqEmbedding(nn.Module):
     """Source and target embeddings: lookup -> x sqrt(d_model) -> + positions -> dropout.
 
-    src_positions / tgt_positions build each side's encoding: a factory called as
-    factory(max_seq_len, d_model, n_heads) (a PositionalEncoding subclass is one) or a built-in
-    name (positions.BUILT_IN_ENCODINGS: sinusoidal, learned, ...). Sides with equal factories
-    share one module, `positions`, else get `positions["src"]` and `positions["tgt"]`. With
-    share_embeddings the target table is the source table itself.
+    The constructor is the tutorial's: `pos_encoding` names both sides' encoding, a built-in
+    (positions.BUILT_IN_ENCODINGS: sinusoidal, learned, none, rope, alibi) or a factory called as
+    factory(max_seq_len, d_model, n_heads) (a PositionalEncoding subclass is one). The keyword-only
+    src_positions / tgt_positions set one side each and take precedence over `pos_encoding` for
+    that side. Sides with equal factories share one module, `positions`, else get
+    `positions["src"]` and `positions["tgt"]`. With share_embeddings the target table is the
+    source table itself.
     """
 
     def __init__(
@@ -33,15 +35,16 @@ class Seq2SeqEmbedding(nn.Module):
         src_vocab_size: int,
         tgt_vocab_size: int,
         d_model: int,
-        max_seq_len: int = 256,
+        max_seq_len: int = 5000,
         dropout: float = 0.1,
         src_padding_idx: int = 0,
         tgt_padding_idx: int = 0,
-        scale_embedding: bool = True,
-        *,
         share_embeddings: bool = False,
-        src_positions: PositionsFactory | str = "sinusoidal",
-        tgt_positions: PositionsFactory | str = "sinusoidal",
+        pos_encoding: PositionsFactory | str = "sinusoidal",
+        *,
+        src_positions: PositionsFactory | str | None = None,
+        tgt_positions: PositionsFactory | str | None = None,
+        scale_embedding: bool = True,
         init_std: float | None = None,
         n_heads: int = 1,
     ):
@@ -67,7 +70,8 @@ class Seq2SeqEmbedding(nn.Module):
             self.tgt_tokens = self.src_tokens
         else:
             self.tgt_tokens = token_table(tgt_vocab_size, d_model, tgt_padding_idx, std)
-        src, tgt = as_factory(src_positions), as_factory(tgt_positions)
+        src = as_factory(pos_encoding if src_positions is None else src_positions)
+        tgt = as_factory(pos_encoding if tgt_positions is None else tgt_positions)
         if src == tgt:
             # One module: a learned table is shared, under the key positions.table.weight.
             self.positions = src(max_seq_len, d_model, n_heads)
