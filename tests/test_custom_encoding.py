@@ -94,6 +94,20 @@ def test_both_sides_replaced_on_the_command_line_leave_the_default_groups_option
     assert "pe.scale is not an option of my_encodings.DistancePenalty (options: slope)" in message
 
 
+def test_an_option_left_behind_is_named_in_one_warning_line(caplog):
+    sides = [f"pe.{side}=my_encodings.DistancePenalty" for side in ("encoder", "decoder")]
+    with caplog.at_level("WARNING", logger="minimt"):
+        validate_config(compose_config(*sides))
+    assert caplog.messages == [
+        "pe.scale=1.0, left by pe=sinusoidal, is not an option of "
+        "my_encodings.DistancePenalty: ignored"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="minimt"):
+        validate_config(compose_config("pe=sinusoidal"))
+    assert caplog.messages == []
+
+
 def test_a_method_on_an_older_contract_is_refused_before_any_work_naming_the_fix():
     message = config_error(*chosen("my_encodings.OlderContractBias"))
     assert (

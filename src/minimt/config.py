@@ -4,6 +4,7 @@ The `pe` section's keys name classes and their options: minimt.pe_section checks
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -14,8 +15,10 @@ from minimt.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID
 from minimt.encoding_choice import EncodingChoice, SidePositions
 from minimt.errors import ConfigError
 from minimt.model.transformer import Transformer
-from minimt.pe_section import encoding_choices, encoding_problems, side_choices
+from minimt.pe_section import encoding_choices, encoding_problems, ignored_options, side_choices
 from minimt.runtime import parallel_jobs
+
+log = logging.getLogger("minimt")
 
 # What a checkpoint's weights depend on: a model built with other values cannot load them.
 ARCHITECTURE_KEYS = (
@@ -210,7 +213,10 @@ def validate_config(cfg: DictConfig) -> SidePositions:
         problems = _cross_key_problems(cfg, section_problems, choices)
     if problems:
         raise ConfigError("bad config value(s):\n  " + "\n  ".join(problems))
-    return choices["encoder"], choices["decoder"]
+    sides = SidePositions(**choices)
+    for line in ignored_options(cfg.pe, sides):
+        log.warning(line)
+    return sides
 
 
 def _cross_key_problems(
@@ -316,7 +322,7 @@ def build_model(
     positions validate_config returned for `cfg`; without them (a saved run's config) they are
     read from cfg.pe."""
     share_embeddings, tie_output = SHARE_LEVELS[tying_level(cfg.embedding.share)]
-    src_positions, tgt_positions = positions or encoding_choices(cfg.pe)
+    sides = positions or encoding_choices(cfg.pe)
     model = cfg.model
     return Transformer(
         src_vocab_size,
@@ -332,8 +338,8 @@ def build_model(
         norm_first=model.norm_first,
         pad_id=PAD_ID,
         tie_output=tie_output,
-        src_positions=src_positions,
-        tgt_positions=tgt_positions,
+        src_positions=sides.encoder,
+        tgt_positions=sides.decoder,
         scale_embedding=cfg.embedding.scale,
         share_embeddings=share_embeddings,
         init_std=cfg.embedding.init_std,

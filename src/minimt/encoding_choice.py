@@ -10,6 +10,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from minimt.model.positions import BUILT_IN_ENCODINGS, PositionalEncoding
 
@@ -98,8 +99,11 @@ class EncodingChoice:
         return self.cls(max_seq_len, d_model, n_heads, **dict(self.options))
 
 
-# The encoder's and the decoder's positions, each side's choice of the pe section
-SidePositions = tuple[EncodingChoice, EncodingChoice]
+class SidePositions(NamedTuple):
+    """The encoder's and the decoder's positions, each side's choice of the pe section."""
+
+    encoder: EncodingChoice
+    decoder: EncodingChoice
 
 
 def accepted_options(cls: type[PositionalEncoding]) -> dict[str, object]:

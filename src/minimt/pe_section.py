@@ -4,6 +4,7 @@ and what stops a choice from serving a model of a given size; every problem name
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -31,14 +32,14 @@ def encoding_choices(pe: DictConfig) -> SidePositions:
     problems, choices = side_choices(pe)
     if problems:
         raise ConfigError("; ".join(problems))
-    return choices["encoder"], choices["decoder"]
+    return SidePositions(**choices)
 
 
 def side_choices(pe: DictConfig) -> tuple[list[str], dict[str, EncodingChoice]]:
     """Each side's EncodingChoice (sides whose class cannot be found are left out) and the
     problems found: a class that cannot be imported, an option no side's class takes (or its own
     side's, in pe.encoder_options / pe.decoder_options), a value of the wrong type."""
-    shared = {k: v for k, v in pe.items() if k not in SIDES and k not in SIDES.values()}
+    shared = shared_options(pe)
     problems, classes, choices = [], {}, {}
     for side in SIDES:
         name = pe.get(side)
@@ -58,22 +59,48 @@ def side_choices(pe: DictConfig) -> tuple[list[str], dict[str, EncodingChoice]]:
             problems.append(f"{option_key(pe, side, key)}={options[key]!r} {why} {allowed(cls)}")
     if len(classes) == len(SIDES):
         described = " or ".join(allowed(c) for c in dict.fromkeys(classes.values()))
-        for key, value in shared.items():
-            taken = any(key in accepted_options(c) for c in classes.values())
-            if value is not None and not taken and not built_in_default(key, value):
+        for key, value in untaken_options(pe, classes.values()).items():
+            if built_in_default(key, value) is None:
                 problems.append(f"pe.{key} is not an option of {described}")
     return problems, choices
 
 
-def built_in_default(key: str, value: object) -> bool:
-    """Whether `value` is a built-in encoding's default for its option `key`: what a pe group
-    (configs/pe) sets for its own encoding, left behind when both sides are replaced on the
+def shared_options(pe: DictConfig) -> dict[str, object]:
+    """The pe section's options for both sides: its keys but the sides and their own options."""
+    return {k: v for k, v in pe.items() if k not in SIDES and k not in SIDES.values()}
+
+
+def untaken_options(pe: DictConfig, classes: Iterable[type]) -> dict[str, object]:
+    """The shared options set (not null) that none of `classes` takes."""
+    classes = list(classes)
+    return {
+        key: value
+        for key, value in shared_options(pe).items()
+        if value is not None and not any(key in accepted_options(c) for c in classes)
+    }
+
+
+def ignored_options(pe: DictConfig, sides: SidePositions) -> list[str]:
+    """One line per option that a pe group set for its own encoding and neither side's class
+    takes (excused by built_in_default, so not an error): what the run ignores, for a warning."""
+    classes = list(dict.fromkeys(choice.cls for choice in sides))
+    described = " or ".join(class_path(c) for c in classes)
+    return [
+        f"pe.{key}={value!r}, left by pe={built_in_default(key, value)}, is not an option of "
+        f"{described}: ignored"
+        for key, value in untaken_options(pe, classes).items()
+    ]
+
+
+def built_in_default(key: str, value: object) -> str | None:
+    """The built-in encoding whose default for its option `key` is `value`, else None: what a pe
+    group (configs/pe) sets for its own encoding, left behind when both sides are replaced on the
     command line (`pe.encoder=my.Class pe.decoder=my.Class`), where it changes nothing."""
-    for cls in BUILT_IN_ENCODINGS.values():
+    for name, cls in BUILT_IN_ENCODINGS.items():
         parameter = inspect.signature(cls.__init__).parameters.get(key)
         if parameter is not None and parameter.default == value:
-            return True
-    return False
+            return name
+    return None
 
 
 def option_key(pe: DictConfig, side: str, option: str) -> str:

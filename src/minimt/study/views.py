@@ -114,13 +114,13 @@ def hparams_row(cfg: DictConfig) -> dict[str, str | float]:
     strings with every value declared, as TensorBoard reads a column's filter from one run;
     optional numbers too ("d_model^-0.5" or "all" for null: a missing value drops the column),
     and the encodings' options (NOT_APPLICABLE where neither side takes one)."""
-    encoder, decoder = encoding_choices(cfg.pe)
+    positions = encoding_choices(cfg.pe)
     init_std = cfg.embedding.init_std
     return {
         "pe.encoder": cfg.pe.encoder,
         "pe.decoder": cfg.pe.decoder,
-        "pe.init_std": encoding_option((encoder, decoder), "init_std"),
-        "pe.scale": encoding_option((encoder, decoder), "scale"),
+        "pe.init_std": encoding_option(positions, "init_std"),
+        "pe.scale": encoding_option(positions, "scale"),
         "embedding.scale": str(cfg.embedding.scale).lower(),
         "embedding.share": tying_level(cfg.embedding.share),
         "embedding.init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
