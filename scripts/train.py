@@ -7,22 +7,10 @@ started over: a finished run (metrics.json) is skipped, an interrupted one (step
 resumed.
 """
 
-import sys
-
-from minimt.allocator import reexec_with_mimalloc
-from minimt.cli import one_line_errors
-from minimt.signals import hold_stops
-
-SWEEP_FLAGS = {"-m", "--multirun"}
-
-if __name__ == "__main__":  # first: a process picks its allocator when it starts, before torch
-    one_line_errors(reexec_with_mimalloc)()  # a Ctrl-C this early is one line too
-    if SWEEP_FLAGS & set(sys.argv):
-        hold_stops()  # before torch starts a thread that a stop signal could end the sweep in
-
 import logging
 import shlex
 import signal
+import sys
 from pathlib import Path
 
 import hydra
@@ -30,24 +18,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from minimt.allocator import reexec_with_mimalloc
 from minimt.atomic import WriteError
-from minimt.checkpoint import newest_loadable
-from minimt.config import register_resolvers
+from minimt.cli import one_line_errors
 from minimt.errors import with_hint
-from minimt.rundir import finished_run, interrupted_run
-from minimt.signals import (
-    Terminated,
-    forward_stops,
-    interrupted_line,
-    remember_stops,
-    stopped,
-)
-from minimt.study.views import study_hooks
-from minimt.train.loop import Interrupted, train
+from minimt.signals import Terminated, interrupted_line, signal_of
+from minimt.sweep_signals import forward_stops, hold_stops, record, remember_stops, stopped
+
+SWEEP_FLAGS = {"-m", "--multirun"}
 
 log = logging.getLogger("minimt")
-
-register_resolvers()
 
 
 def resume_command(run_dir: str) -> str:
@@ -66,6 +46,8 @@ def resume_command(run_dir: str) -> str:
 def how_to_resume(run_dir: str) -> str:
     """After a failed write: the newest step checkpoint that loads, and the command that
     continues from it."""
+    from minimt.checkpoint import newest_loadable  # loads torch: see __main__
+
     newest = newest_loadable(Path(run_dir) / "checkpoints")
     if newest is None:
         return "no step checkpoint was saved yet: free space, then start the run again"
@@ -102,14 +84,21 @@ def main(cfg: DictConfig) -> float | None:
             return None
         try:
             return train_one(cfg, run_dir)
-        except (KeyboardInterrupt, Terminated):  # before training or after its last save
-            log.warning("%s: %s", run_dir, interrupted_line(stopped() or signal.SIGTERM))
+        except (KeyboardInterrupt, Terminated) as stop:  # before training or after its last save
+            record(signal_of(stop))
+            log.warning("%s: %s", run_dir, interrupted_line(stopped()))
             return None
     return train_one(cfg, run_dir)
 
 
 def train_one(cfg: DictConfig, run_dir: str) -> float | None:
     """Train (or skip, or resume) the run in `run_dir`; its best val BLEU."""
+    # These load torch: see __main__.
+    from minimt.rundir import finished_run, interrupted_run
+    from minimt.study.views import study_hooks
+    from minimt.train.loop import Interrupted, train
+
+    sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         if cfg.resume is None:
             finished = finished_run(run_dir, cfg)
@@ -121,10 +110,11 @@ def train_one(cfg: DictConfig, run_dir: str) -> float | None:
         choices = RecordChoices(dict(HydraConfig.get().runtime.choices))
         # a full disk: say where the run can continue from
         with with_hint(lambda: how_to_resume(run_dir), WriteError):
-            metrics = train(cfg, run_dir, [*study_hooks(cfg), choices])
+            metrics = train(cfg, run_dir, [*study_hooks(cfg), choices], stopped if sweep else None)
     except Interrupted as interrupted:
         log.warning("%s:\n  %s", interrupted, resume_command(run_dir))
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if sweep:
+            record(interrupted.signum or signal.SIGTERM)  # this worker starts no further run
             return None  # not SystemExit: a parallel launcher would kill the other runs mid-save
         sys.exit(0)
     if metrics is None:  # not rank 0 of a torchrun job
@@ -147,4 +137,13 @@ def sweep_main() -> None:
 
 
 if __name__ == "__main__":
-    sweep_main() if SWEEP_FLAGS & set(sys.argv) else main()
+    # First, before anything loads torch: a process picks its allocator when it starts, and a
+    # sweep's launcher holds the stop signals before torch starts a thread they could end it in.
+    one_line_errors(reexec_with_mimalloc)()  # a Ctrl-C this early is one line too
+    sweep = bool(SWEEP_FLAGS & set(sys.argv))
+    if sweep:
+        hold_stops()
+    from minimt.config import register_resolvers  # loads torch
+
+    register_resolvers()  # the configs' ${minimt.*} interpolations, before Hydra composes them
+    sweep_main() if sweep else main()

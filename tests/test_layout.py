@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from minimt.encoding_choice import SidePositions
 from minimt.train.loop import train
 from tests.helpers import REPO, compose_config, tiny_run_overrides
 
@@ -45,6 +46,35 @@ def test_the_model_takes_positions_built_elsewhere_and_never_imports_a_class_by_
 def test_the_training_core_takes_its_signals_from_the_module_it_shares_with_the_scripts():
     assert "minimt.cli" not in minimt_imports("train")
     assert "minimt.signals" in minimt_imports("train")
+
+
+def test_the_stop_protocol_knows_nothing_of_sweeps_and_only_train_py_plumbs_them():
+    protocol = ast.parse((PACKAGE / "signals.py").read_text())
+    imported = {n.module for n in ast.walk(protocol) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m and m.startswith("minimt")}
+    assert not [n for n in ast.walk(protocol) if isinstance(n, ast.Global)]
+    users = {
+        path.relative_to(REPO).as_posix()
+        for path in [*PACKAGE.rglob("*.py"), *(REPO / "scripts").rglob("*.py")]
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "minimt.sweep_signals"
+    }
+    assert users == {"scripts/train.py"}
+
+
+def test_every_script_has_one_main_block_and_its_imports_at_the_top():
+    for path in (REPO / "scripts").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n)]
+        assert len(mains) <= 1, path
+        body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+        kinds = [isinstance(n, ast.Import | ast.ImportFrom) for n in body]
+        first_other = kinds.index(False) if False in kinds else len(kinds)
+        assert not any(kinds[first_other:]), f"{path}: a module-level import below other code"
+
+
+def test_side_positions_are_read_by_name():
+    assert SidePositions._fields == ("encoder", "decoder")
 
 
 def test_the_package_never_imports_a_script():

@@ -29,11 +29,6 @@ Python puts a script's own folder first on sys.path).
 
 from __future__ import annotations
 
-from minimt.allocator import reexec_with_mimalloc
-
-if __name__ == "__main__":  # first: a process picks its allocator when it starts, before torch
-    reexec_with_mimalloc()
-
 import copy
 import itertools
 import json
@@ -55,6 +50,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch.profiler import ProfilerActivity, profile
 
+from minimt.allocator import reexec_with_mimalloc
 from minimt.checkpoint import save_json
 from minimt.cli import one_line_errors
 from minimt.config import ConfigError, register_resolvers, validate_config
@@ -612,6 +608,9 @@ def take_compare_flag(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    # A process picks its allocator when it starts: this one starts again with mimalloc (its
+    # imports, a few seconds, paid twice in a benchmark of minutes).
+    reexec_with_mimalloc()
     register_resolvers()
     sys.argv = take_compare_flag(sys.argv)
     main()

@@ -20,13 +20,8 @@ import torch
 from minimt import allocator, atomic
 from minimt.checkpoint import load_checkpoint, step_checkpoints
 from minimt.cli import one_line_errors
-from minimt.signals import (
-    StopRequest,
-    Terminated,
-    interrupted_line,
-    job_processes,
-    stop_signals_raise,
-)
+from minimt.signals import StopRequest, Terminated, interrupted_line, stop_signals_raise
+from minimt.sweep_signals import job_processes
 from tests.faults.inject import STATUS
 from tests.helpers import (
     ENV,
@@ -47,6 +42,13 @@ def test_first_signal_is_a_request_and_a_second_ctrl_c_interrupts():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_a_stop_that_came_before_the_request_stops_at_the_first_step_boundary():
+    with StopRequest(signal.SIGTERM) as stop:
+        assert stop.signal == "SIGTERM"
+    with StopRequest() as stop:
+        assert stop.signal is None
 
 
 def test_a_signal_after_the_training_loop_stops_at_once():

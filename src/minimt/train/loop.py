@@ -6,7 +6,8 @@ metrics = train(cfg, run_dir, hooks=[...])   # continues cfg.resume when set
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import signal
+from collections.abc import Callable, Sequence
 from contextlib import closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,13 @@ log = logging.getLogger(__name__)
 
 
 class Interrupted(Exception):
-    """SIGINT/SIGTERM stopped training after a checkpoint was saved; says how to resume."""
+    """SIGINT/SIGTERM stopped training after a checkpoint was saved; says how to resume.
+    `signum`: the stop signal this process received (None: one that reached another process of
+    the run)."""
+
+    def __init__(self, message: str, signum: signal.Signals | None):
+        super().__init__(message)
+        self.signum = signum
 
 
 class TrainingDiverged(MinimtError, RuntimeError):
@@ -78,13 +85,19 @@ class StepResult:
     tokens: int  # target tokens of all processes
 
 
-def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> dict | None:
+def train(
+    cfg: DictConfig,
+    run_dir: str | Path,
+    hooks: Sequence[Hook] = (),
+    stopped_before: Callable[[], signal.Signals | None] | None = None,
+) -> dict | None:
     """Train the configured model in `run_dir` (or continue `cfg.resume`), then test it.
 
     Under torchrun every process calls this; rank 0 returns the metrics also written to
     run_dir/metrics.json, the other ranks None. Raises Interrupted after saving a checkpoint
-    when SIGINT/SIGTERM asked training to stop. A config composed in Python resolves the
-    configs' ${minimt.*} interpolations here as under scripts/train.py.
+    when SIGINT/SIGTERM asked training to stop, or when `stopped_before()` names a stop signal
+    that came while the run set up (a sweep's, minimt.sweep_signals.stopped). A config composed
+    in Python resolves the configs' ${minimt.*} interpolations here as under scripts/train.py.
     """
     register_resolvers()
     positions = validate_config(cfg)
@@ -94,16 +107,22 @@ def train(cfg: DictConfig, run_dir: str | Path, hooks: Sequence[Hook] = ()) -> d
             logging.getLogger("minimt").setLevel(logging.WARNING)
         with PeakMemory() as memory:
             setup = set_up(cfg, positions, Path(dist.broadcast(str(run_dir))), dist)
-            return run_training(cfg, setup, dist, hooks, memory)
+            stop = StopRequest(stopped_before() if stopped_before else None)
+            return run_training(cfg, setup, dist, hooks, memory, stop)
     finally:
         dist.close()
 
 
 def run_training(
-    cfg: DictConfig, setup: Setup, dist: Distributed, hooks: Sequence[Hook], memory: PeakMemory
+    cfg: DictConfig,
+    setup: Setup,
+    dist: Distributed,
+    hooks: Sequence[Hook],
+    memory: PeakMemory,
+    stop: StopRequest,
 ) -> dict | None:
     """This process's part of the run after its `setup`: the loop, the final scores (rank 0);
-    `memory` is told the phase (training, test decoding)."""
+    `memory` is told the phase (training, test decoding); `stop` (entered here) the signals."""
     data, training, state, translator, device, run_dir = setup
     trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
     resumed = cfg.resume is not None
@@ -118,7 +137,7 @@ def run_training(
         SummaryWriter(run_dir, purge_step=state.step + 1 if resumed else None)
         if dist.is_main
         else nullcontext() as writer,
-        StopRequest() as stop,
+        stop,
         progress_bar(trainer.max_steps, state.step, dist.is_main) as bar,
         closing(step_batches(data.train_batches, state, dist, trainer)) as steps,
     ):
@@ -163,7 +182,8 @@ def run_training(
             save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
             raise Interrupted(
                 f"{reason}: stopped at step {state.step}, checkpoint saved in {ckpt_dir}; "
-                f"resume with the same settings plus resume={run_dir}"
+                f"resume with the same settings plus resume={run_dir}",
+                signal.Signals[stop.signal] if stop.signal else None,
             )
         stop.at_once()  # the final validation, checkpoint and test scores: stopped where it lands
         log.info("training stopped at step %d: %s", state.step, reason)
