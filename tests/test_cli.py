@@ -70,6 +70,14 @@ def test_train_script_reports_a_data_error_as_one_line(tmp_path):
     assert full.returncode == 1 and b"Traceback" in full.stderr
 
 
+@pytest.mark.slow
+def test_train_script_refuses_a_key_added_with_plus_before_any_work(tmp_path):
+    args = ["experiment=smoke", "+trainer.max_step=10", f"hydra.run.dir={tmp_path / 'run'}"]
+    line = error_line(run_script("train.py", *args))
+    assert line.startswith("error: trainer.max_step is no setting of minimt (did you mean ")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 @pytest.mark.parametrize(
     ("script", "argument", "named"),
     [

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from minimt.config import ConfigError, build_model, validate_config
 from minimt.data import splits
 from minimt.runtime import job_num_threads
-from tests.helpers import REPO, compose_config
+from tests.helpers import REPO, compose_config, toy_run_overrides
 
 
 @pytest.mark.parametrize(
@@ -134,6 +134,47 @@ def test_parallel_text_without_paths_names_every_missing_key():
     message = str(error.value)
     assert "data.train.tgt must be set" in message and "data.test.src must be set" in message
     assert "data.train.src" not in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["+trainer.max_step=10"], "trainer.max_step is no setting of minimt (did you mean "),
+        (["+trainer.max_step=null"], "trainer.max_step is no setting of minimt (did you mean "),
+        (
+            ["+model.dropuot=0.3"],
+            "model.dropuot is no setting of minimt (did you mean model.dropout?)",
+        ),
+        (["+data.train.src=a.de"], "data.train.src is no setting of data=multi30k (only data="),
+        (["+wandb.project=x"], "wandb.project is no setting of minimt; "),
+    ],
+)
+def test_a_key_added_with_plus_that_nothing_reads_is_named_with_the_nearest_one(overrides, named):
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config("trainer.max_steps=20", *overrides))
+    message = str(error.value)
+    assert message.startswith(named) and "\n" not in message
+    assert message.endswith("; python scripts/train.py --help lists every setting")
+
+
+def test_every_unknown_key_is_named_at_once():
+    with pytest.raises(ConfigError) as error:
+        validate_config(compose_config("+trainer.max_step=10", "+trainer.warmup=5"))
+    assert "trainer.max_step is" in str(error.value) and "trainer.warmup is" in str(error.value)
+
+
+def test_a_corpus_of_ones_own_has_its_file_keys_known(tmp_path):
+    validate_config(compose_config(*toy_run_overrides(tmp_path)))
+    with pytest.raises(ConfigError, match="data.url is no setting of data=parallel_text"):
+        validate_config(compose_config(*toy_run_overrides(tmp_path), "+data.url=/data"))
+
+
+def test_the_benchmark_s_own_section_is_its_own():
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("benchmark")
+    validate_config(cfg, own_sections=("benchmark",))
+    with pytest.raises(ConfigError, match="benchmark.warmup_steps is no setting of minimt"):
+        validate_config(cfg)
 
 
 def test_the_slurm_launcher_config_composes():

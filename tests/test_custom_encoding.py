@@ -108,6 +108,13 @@ def test_an_option_left_behind_is_named_in_one_warning_line(caplog):
     assert caplog.messages == []
 
 
+def test_a_config_group_of_ones_own_composes_and_validates():
+    searchpath = f"hydra.searchpath=[file://{PLUGINS / 'configs'}]"
+    cfg = compose_config(searchpath, "experiment=smoke", "arm=my_penalty", "pe.slope=0.5")
+    validate_config(cfg)
+    assert cfg.pe.encoder == "my_encodings.DistancePenalty" and cfg.pe.slope == 0.5
+
+
 def test_a_method_on_an_older_contract_is_refused_before_any_work_naming_the_fix():
     message = config_error(*chosen("my_encodings.OlderContractBias"))
     assert (

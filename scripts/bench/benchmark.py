@@ -339,7 +339,7 @@ def measure_variants(cfg: DictConfig, data: RunData, device: torch.device) -> di
         name: with_changes(cfg, change) for name, change in cfg.benchmark.variants.items()
     }
     for variant in configs.values():
-        validate_config(variant)
+        validate_config(variant, own_sections=("benchmark",))
     runs = {name: TrainingRun(variant, data, device) for name, variant in configs.items()}
     rates = measure_training(runs, cfg.benchmark, device)
     base, changes = (
@@ -590,7 +590,7 @@ def format_table(report: dict) -> str:
 @one_line_errors
 def main(cfg: DictConfig) -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
-    validate_config(cfg)
+    validate_config(cfg, own_sections=("benchmark",))
     report = benchmark(cfg, out, PEERS)
     save_json(out / "benchmark.json", report)
     print(format_table(report))

@@ -4,6 +4,7 @@ The `pe` section's keys name classes and their options: minimt.pe_section checks
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable, Collection
 
@@ -98,6 +99,14 @@ def path(v: object) -> str | None:
     return None if isinstance(v, str) and v else "must be a path"
 
 
+def location(v: object) -> str | None:
+    return None if isinstance(v, str) and v else "must be a folder, file:// or https:// URL"
+
+
+def language(v: object) -> str | None:
+    return None if isinstance(v, str) and v else "must be a language's name, e.g. de"
+
+
 def betas(v: object) -> str | None:
     ok = isinstance(v, ListConfig | list) and len(v) == 2 and not any(map(probability, v))
     return None if ok else "must be [beta1, beta2], each a number in [0, 1)"
@@ -153,6 +162,15 @@ RULES: dict[str, Rule] = {
     "model.max_seq_len": positive_int,
     "model.norm_first": boolean,
     "data.name": one_of(("multi30k", "parallel_text")),
+    "data.url": location,
+    "data.dir": path,
+    "data.src_lang": language,
+    "data.tgt_lang": language,
+    **{
+        f"data.{split}.{side}": path
+        for split in ("train", "val", "test")
+        for side in ("src", "tgt")
+    },
     "data.test_sets": optional(split_names),  # parallel_text has one test set, "test"
     "data.max_train_len": positive_int,
     "data.max_train_pairs": optional_positive_int,
@@ -196,16 +214,75 @@ RULES: dict[str, Rule] = {
 }
 
 
-def validate_config(cfg: DictConfig) -> SidePositions:
-    """Raise ConfigError listing every bad value in `cfg` (all at once, so one fix-up round);
-    else return the encoder's and the decoder's positions as the checked `pe` section chose
-    them, for build_model (the section is read once)."""
-    problems = [
-        f"{key} must be set (it has no default)" for key in sorted(OmegaConf.missing_keys(cfg))
+# The RULES keys of one data source (configs/data) alone: no setting under another.
+SOURCE_KEYS = {
+    "multi30k": ("data.url",),
+    "parallel_text": tuple(
+        k for k in RULES if k.startswith(("data.train.", "data.val.", "data.test."))
+    ),
+}
+# Sections no RULES key names: the pe section's options (minimt.pe_section checks them against
+# their classes) and Hydra's own settings.
+UNCHECKED_SECTIONS = ("pe", "hydra")
+
+
+def source_keys(cfg: DictConfig) -> list[str]:
+    """The RULES keys that cfg's data source reads: all but the other sources' own (every
+    source's own where data.name names none)."""
+    name = cfg.data.get("name")
+    others = {k for source, keys in SOURCE_KEYS.items() if source != name for k in keys}
+    return [key for key in RULES if key not in others]
+
+
+def check_known_keys(cfg: DictConfig, own_sections: Collection[str] = ()) -> None:
+    """Raise ConfigError naming every key of `cfg` that no rule knows (one added with `+`, which
+    nothing would read), each with the nearest known key; `own_sections`: top-level sections
+    the calling script reads itself."""
+    name = cfg.data.get("name")  # where it names no source, its own rule says so
+    known = source_keys(cfg) if isinstance(name, str) and name in SOURCE_KEYS else list(RULES)
+    unchecked = (*UNCHECKED_SECTIONS, *own_sections)
+    unknown = [
+        key
+        for key in dotted_keys(OmegaConf.to_container(cfg))
+        if key not in known and key.split(".")[0] not in unchecked
     ]
-    for key, rule in RULES.items():
+    if unknown:
+        problems = "; ".join(unknown_key_problem(key, known, cfg) for key in unknown)
+        raise ConfigError(f"{problems}; python scripts/train.py --help lists every setting")
+
+
+def unknown_key_problem(key: str, known: list[str], cfg: DictConfig) -> str:
+    """`KEY is no setting of ...`, with the data source that reads it or the nearest known key."""
+    if key in RULES:  # another data source's
+        (source,) = [name for name, keys in SOURCE_KEYS.items() if key in keys]
+        return f"{key} is no setting of data={cfg.data.name} (only data={source} reads it)"
+    near = difflib.get_close_matches(key, known, n=1)
+    return f"{key} is no setting of minimt" + (f" (did you mean {near[0]}?)" if near else "")
+
+
+def dotted_keys(tree: object, prefix: str = "") -> list[str]:
+    """The dotted key of every value in a nested dict (a null or missing one too; an empty dict
+    is a value)."""
+    if not isinstance(tree, dict) or not tree:
+        return [prefix]
+    return [
+        key
+        for name, value in tree.items()
+        for key in dotted_keys(value, f"{prefix}.{name}" if prefix else str(name))
+    ]
+
+
+def validate_config(cfg: DictConfig, own_sections: Collection[str] = ()) -> SidePositions:
+    """Raise ConfigError naming every key that no rule knows (check_known_keys; `own_sections`:
+    the calling script's own), else listing every bad value in `cfg` (all at once, so one
+    fix-up round); else return the encoder's and the decoder's positions as the checked `pe`
+    section chose them, for build_model (the section is read once)."""
+    check_known_keys(cfg, own_sections)
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    problems = [f"{key} must be set (it has no default)" for key in missing]
+    for key in [key for key in source_keys(cfg) if key not in missing]:
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
-        problem = rule(value)
+        problem = RULES[key](value)
         if problem:
             problems.append(f"{key}={value!r} {problem}")
     if not problems:  # the checks across keys need each key's own value to be sound
