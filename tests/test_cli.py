@@ -2,6 +2,9 @@
 status 1 and no traceback (HYDRA_FULL_ERROR=1 keeps it), an argument of the wrong type is named,
 and `--help` prints usage to stdout and exits 0."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,15 @@ from scripts import (
     select_recipe,
     translate,
 )
-from tests.helpers import error_line, run_in_process, run_script
+from tests.helpers import (
+    ENV,
+    REPO,
+    error_line,
+    run_in_process,
+    run_script,
+    script_command,
+    todays_frozen_run,
+)
 
 
 def test_a_project_error_ends_the_script_as_one_line(monkeypatch):
@@ -51,6 +62,38 @@ def test_a_bug_is_not_dressed_up_as_a_user_error(monkeypatch):
 
 def test_one_line_keeps_a_plain_message():
     assert one_line("no run directory at x") == "no run directory at x"
+
+
+def into_closed_pipe(command: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """`command` run with its stdout a pipe whose reader quit before reading a byte (`| head -c
+    0`, or `less` closed at once), block-buffered as in a user's shell; stderr captured."""
+    env = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"}
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            command, input=stdin, stdout=write, stderr=subprocess.PIPE, env=env, cwd=REPO
+        )
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["print('x' * 1_000_000)", "print('one line')"],  # fails as written / in the final flush
+    ids=["write", "flush"],
+)
+def test_a_reader_that_quit_ends_the_script_silently_with_141(output):
+    program = f"from minimt.cli import one_line_errors\none_line_errors(lambda: {output})()"
+    result = into_closed_pipe([sys.executable, "-c", program])
+    assert result.returncode == 141 and result.stderr == b""
+
+
+@pytest.mark.slow
+def test_translate_into_a_pipe_whose_reader_quit_ends_silently():
+    run = todays_frozen_run()  # read only
+    result = into_closed_pipe(script_command("translate.py", f"run={run}"), b"Ein Hund rennt.\n")
+    assert result.returncode == 141 and b"Error" not in result.stderr, result.stderr.decode()
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """What the scripts share: `key=value` command lines (lists as [a,b]), logging to stderr, user
-errors and interruptions (Ctrl-C, SIGTERM) ending a script as one line, and a markdown finding
-written and shown."""
+errors and interruptions (Ctrl-C, SIGTERM) ending a script as one line, a reader of its output
+that quit ending it silently, and a markdown finding written and shown."""
 
 from __future__ import annotations
 
@@ -63,7 +63,9 @@ def one_line_errors(main: Callable) -> Callable:
     """Decorate a script's main: a MinimtError ends it with `error: <message>` as one line on
     stderr and exit status 1, no traceback; SIGINT (Ctrl-C) or SIGTERM ends it with one
     `interrupted` line and exit status 128 + the signal's number (130, 143), after the temp files
-    of unfinished writes are removed. HYDRA_FULL_ERROR=1 raises either with its traceback.
+    of unfinished writes are removed; a reader of stdout that quit (`| head`, `less` closed) ends
+    it silently with 141, as SIGPIPE ends a shell tool. HYDRA_FULL_ERROR=1 raises each with its
+    traceback.
 
     Under @hydra.main, put it below: Hydra then never sees the error (nor prints its trace).
     """
@@ -72,7 +74,9 @@ def one_line_errors(main: Callable) -> Callable:
     def reporting(*args, **kwargs):
         try:
             with stop_signals_raise():
-                return main(*args, **kwargs)
+                result = main(*args, **kwargs)
+                sys.stdout.flush()  # a closed pipe fails here, not at exit
+                return result
         except MinimtError as error:
             if os.environ.get(FULL_ERROR) == "1":
                 raise
@@ -83,8 +87,21 @@ def one_line_errors(main: Callable) -> Callable:
             signum = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
             print(interrupted_line(signum), file=sys.stderr)
             sys.exit(128 + signum)
+        except BrokenPipeError:
+            if os.environ.get(FULL_ERROR) == "1":
+                raise
+            stdout_to_devnull()
+            sys.exit(128 + signal.SIGPIPE)
 
     return reporting
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout's file descriptor at os.devnull, so that the output still buffered for a pipe
+    whose reader quit goes nowhere at exit instead of failing again (Python's signal docs, note
+    on SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def one_line(message: str) -> str:
