@@ -25,7 +25,7 @@ from minimt.checkpoint import average_last_checkpoints, load_checkpoint, save_js
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import at_least, optional, path, positive_int, positive_int_list, split_names
-from minimt.data.corpus import read_lines, read_parallel
+from minimt.data.corpus import DataError, Pairs, read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.errors import with_hint
 from minimt.metrics import CorpusScores, corpus_scores
@@ -76,13 +76,25 @@ def evaluation_sets(
     data: DictConfig, splits: Sequence[str] | None, src: str | None, ref: str | None
 ) -> dict[str, tuple[list[str], list[str] | None]]:
     """(sources, references or None) per set: the files src/ref, else the run's named splits
-    (None: the test sets the run scored at its end)."""
+    (None: the test sets the run scored at its end); a set to score without a sentence is a
+    DataError naming it, before any work."""
     if src is not None:
         if ref is None:
             return {Path(src).name: (read_lines(src), None)}
-        return {Path(src).name: read_parallel(src, ref)}
+        pairs = read_parallel(src, ref)
+        return {Path(src).name: scorable(pairs, f"src={src} and ref={ref} have no lines")}
     names = test_set_names(data) if splits is None else list(splits)
-    return dict(load_held_out(data, names))
+    return {
+        name: scorable(pairs, f"split={name} of this run holds no pair")
+        for name, pairs in load_held_out(data, names).items()
+    }
+
+
+def scorable(pairs: Pairs, empty: str) -> Pairs:
+    """`pairs` where they hold a sentence; else a DataError saying `empty`."""
+    if not pairs[0]:
+        raise DataError(f"{empty}: no sentence to score (BLEU and chrF need one)")
+    return pairs
 
 
 def evaluate_sets(

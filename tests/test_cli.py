@@ -3,6 +3,7 @@ status 1 and no traceback (HYDRA_FULL_ERROR=1 keeps it), an argument of the wron
 and `--help` prints usage to stdout and exits 0."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,23 @@ def test_train_script_refuses_a_key_added_with_plus_before_any_work(tmp_path):
     line = error_line(run_script("train.py", *args))
     assert line.startswith("error: trainer.max_step is no setting of minimt (did you mean ")
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_evaluate_refuses_empty_files_naming_them_before_any_work(tmp_path, capsys):
+    run = Path(shutil.copytree(todays_frozen_run(), tmp_path / "run"))
+    before = (run / "metrics.json").read_bytes()
+    src, ref = tmp_path / "empty.de", tmp_path / "empty.en"
+    src.write_text("")
+    ref.write_text("")
+    status, out, _ = run_in_process(
+        "evaluate.py", [f"run={run}", f"src={src}", f"ref={ref}"], capsys
+    )
+    assert status == (
+        f"error: src={src} and ref={ref} have no lines: no sentence to score (BLEU and chrF "
+        "need one)"
+    )
+    assert out == "" and not (run / "hyps").exists()
+    assert (run / "metrics.json").read_bytes() == before
 
 
 @pytest.mark.parametrize(

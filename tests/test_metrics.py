@@ -46,6 +46,11 @@ def test_misaligned_lists_are_an_error():
         corpus_scores(HYPS[:3], REFS)
 
 
+def test_no_sentences_are_an_error_not_a_score():
+    with pytest.raises(ValueError, match="no sentences to score"):
+        corpus_scores([], [])
+
+
 def test_length_ratio_is_hypothesis_words_over_reference_words():
     # no punctuation: sacreBLEU's 13a tokens are the whitespace words
     scores = corpus_scores(["a b c", "d e f g h i"], ["a b c d e", "d e f g h"])

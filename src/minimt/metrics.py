@@ -37,6 +37,8 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScores:
     how long the hypotheses are: overall (length ratio) and one by one (early stops)."""
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must align")
+    if not hyps:
+        raise ValueError("no sentences to score: a corpus score needs at least one")
     bleu, chrf = BLEU(), CHRF()
     bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
     return CorpusScores(
