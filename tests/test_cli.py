@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from minimt.cli import one_line, one_line_errors
 from minimt.errors import NotFound
@@ -137,6 +138,23 @@ def test_evaluate_refuses_empty_files_naming_them_before_any_work(tmp_path, caps
     )
     assert out == "" and not (run / "hyps").exists()
     assert (run / "metrics.json").read_bytes() == before
+
+
+NO_CUDA = "device cuda asked for, but no CUDA device is available; use cpu"
+
+
+@pytest.mark.parametrize("script", ["translate.py", "evaluate.py"])
+def test_a_script_asked_for_cuda_without_one_ends_as_one_line(script, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    status, _, _ = run_in_process(script, [f"run={todays_frozen_run()}", "device=cuda"], capsys)
+    assert status == f"error: {NO_CUDA}"
+
+
+@pytest.mark.slow
+def test_train_script_asked_for_cuda_without_one_ends_as_one_line(tmp_path):
+    args = ["experiment=smoke", "trainer.device=cuda", f"hydra.run.dir={tmp_path / 'run'}"]
+    no_cuda = "import torch\ntorch.cuda.is_available = lambda: False\n"
+    assert error_line(run_script("train.py", *args, prelude=no_cuda)) == f"error: {NO_CUDA}"
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from minimt.config import register_resolvers
-from minimt.runtime import device_name, parallel_jobs, threads_per_job
+from minimt.errors import MinimtError
+from minimt.runtime import device_name, parallel_jobs, pick_device, threads_per_job
 from tests.helpers import REPO
 
 
@@ -37,6 +38,13 @@ def test_without_parallel_jobs_torch_keeps_its_default():
 
 def test_the_device_is_named_cpu_on_the_cpu():
     assert device_name(torch.device("cpu")) == "cpu"
+
+
+def test_cuda_asked_for_without_a_cuda_device_is_a_user_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(MinimtError, match="no CUDA device is available; use cpu"):
+        pick_device("cuda")
+    assert pick_device("auto") == torch.device("cpu")
 
 
 def test_parallel_jobs_fit_the_gpu_memory_and_give_each_run_two_cores():

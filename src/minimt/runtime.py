@@ -8,13 +8,19 @@ import random
 import torch
 from hydra.core.hydra_config import HydraConfig
 
+from minimt.errors import MinimtError
+
+
+class DeviceUnavailable(MinimtError, RuntimeError):
+    """A device asked for that this machine does not have."""
+
 
 def pick_device(name: str) -> torch.device:
     """ "auto" is cuda when available, else cpu; asking for a missing cuda is an error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device cuda asked for, but no CUDA device is available; use cpu")
+        raise DeviceUnavailable("device cuda asked for, but no CUDA device is available; use cpu")
     return torch.device(name)
 
 
