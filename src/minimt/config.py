@@ -1,6 +1,7 @@
 """What each config key means, in one place: its rules (checked before any work starts, with
-messages that name the key), the keys a checkpoint depends on, and the model a config builds.
-The `pe` section's keys name classes and their options: minimt.pe_section checks those."""
+messages that name the key; a key that no rule knows is refused), the keys a checkpoint depends
+on, and the model a config builds. The `pe` section's keys name classes and their options:
+minimt.pe_section checks those."""
 
 from __future__ import annotations
 
