@@ -9,6 +9,7 @@ import sys
 from minimt.checkpoint import average_last_checkpoints, load_checkpoint
 from minimt.cli import one_line_errors, parse_args
 from minimt.config import path, positive_int
+from minimt.locks import writing
 from minimt.rundir import checkpoint_dir
 
 DEFAULTS = {"run": "???", "last": 5}
@@ -19,7 +20,9 @@ USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 @one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE, RULES)
-    out = average_last_checkpoints(checkpoint_dir(args.run), args.last)
+    ckpt_dir = checkpoint_dir(args.run)
+    with writing(ckpt_dir.parent):
+        out = average_last_checkpoints(ckpt_dir, args.last)
     print(f"averaged {', '.join(load_checkpoint(out)['averaged_from'])} -> {out}")
 
 

@@ -23,6 +23,7 @@ from torch.utils.tensorboard import SummaryWriter
 from minimt.cli import one_line_errors, parse_args
 from minimt.config import path
 from minimt.errors import NotFound
+from minimt.locks import writing
 from minimt.study.runs import load_run
 from minimt.study.views import log_hparams
 
@@ -34,6 +35,12 @@ SESSION = "hparams"
 
 def write_hparams(run_dir: Path) -> Path:
     """run_dir/hparams/: an event file holding the run's HPARAMS entry in today's names."""
+    with writing(run_dir):
+        return write_entry(run_dir)
+
+
+def write_entry(run_dir: Path) -> Path:
+    """write_hparams's work, the run held."""
     run, why = load_run(run_dir, None)
     if run is None:
         raise NotFound(f"{run_dir} holds no finished run to describe: {why}")

@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import random
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from minimt.atomic import atomic_write
 from minimt.data.batching import Batch, flat_batch, token_batches
 from minimt.data.corpus import ParallelFiles
 from minimt.data.tokenizer import TokenizerPair
+from minimt.locks import private_folder
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,11 @@ def cached_token_pairs(
 
 
 def _write_token_pairs(corpus: ParallelFiles, tokenizers: TokenizerPair, path: Path) -> None:
-    """Stream the text into a temporary Arrow file, tokenize it into `path`, drop the text."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp, atomic_write(path) as out:
+    """Stream the text into a temporary Arrow file, tokenize it into `path`, drop the text (and
+    what an earlier preparation, killed, left of its own)."""
+    with private_folder(path.parent) as tmp, atomic_write(path) as out:
         text = datasets.Dataset.from_generator(
-            corpus.rows, cache_dir=tmp, fingerprint=corpus.fingerprint
+            corpus.rows, cache_dir=str(tmp), fingerprint=corpus.fingerprint
         )
         tokenize_pairs(tokenizers, text, cache_file=out)
 
