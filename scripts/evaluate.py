@@ -21,15 +21,16 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig
 
 from minimt.atomic import WriteError, write_text
-from minimt.checkpoint import average_last_checkpoints, load_checkpoint, save_json
+from minimt.checkpoint import average_last_checkpoints, load_checkpoint
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.config import at_least, optional, path, positive_int, positive_int_list, split_names
 from minimt.data.corpus import DataError, Pairs, read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.errors import with_hint
+from minimt.locks import writing
 from minimt.metrics import CorpusScores, corpus_scores
-from minimt.rundir import checkpoint_dir, read_metrics
+from minimt.rundir import checkpoint_dir, read_metrics, update_metrics
 from minimt.translator import Translator
 
 DEFAULTS = {
@@ -125,15 +126,15 @@ def averaged_steps(run: Path) -> list[str]:
 
 def record_evaluations(
     run: Path,
-    metrics: dict,
     evaluations: list[Evaluation],
     checkpoint: str,
     length_penalty: float,
     averaged_from: list[str] | None = None,
 ) -> None:
-    """Add the scored evaluations to the run's metrics (read before any work) under "eval", and
-    save them as its metrics.json: each with its hypotheses' file (relative to the run where it
-    lies inside it) and, for an averaged checkpoint, the step checkpoints it averaged."""
+    """Add the scored evaluations to the run's metrics.json under "eval", merged into what it
+    holds as they are written (minimt.rundir.update_metrics): each with its hypotheses' file
+    (relative to the run where it lies inside it) and, for an averaged checkpoint, the step
+    checkpoints it averaged."""
     results = {
         f"{e.name}.beam{e.beam}.{checkpoint}": {
             **e.scores.as_dict(),
@@ -149,8 +150,7 @@ def record_evaluations(
     }
     if not results:
         return
-    metrics.setdefault("eval", {}).update(results)
-    save_json(run / "metrics.json", metrics)
+    update_metrics(run, lambda metrics: metrics | {"eval": metrics.get("eval", {}) | results})
 
 
 def hyps_name(run: Path, hyps: Path) -> str:
@@ -170,8 +170,14 @@ def as_list(value) -> list | None:
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE, RULES)
     setup_logging()
-    run = Path(args.run)
-    metrics = read_metrics(checkpoint_dir(run).parent) or {}  # a damaged one stops us before work
+    run = checkpoint_dir(args.run).parent
+    with writing(run):
+        read_metrics(run)  # a damaged one stops us before work
+        evaluate_run(run, args)
+
+
+def evaluate_run(run: Path, args: DictConfig) -> None:
+    """Translate and score what `args` ask for, the results printed and added to the run."""
     checkpoint = args.checkpoint
     if args.average:
         average_last_checkpoints(checkpoint_dir(run), args.average)
@@ -190,9 +196,7 @@ def main(argv: list[str]) -> None:
             translator, sets, as_list(args.beam), args.length_penalty, hyps_path
         )
         print_table(evaluations, checkpoint)
-        record_evaluations(
-            run, metrics, evaluations, checkpoint, args.length_penalty, averaged_from
-        )
+        record_evaluations(run, evaluations, checkpoint, args.length_penalty, averaged_from)
 
 
 def print_table(evaluations: list[Evaluation], checkpoint: str) -> None:

@@ -3,14 +3,15 @@
 `python scripts/train.py resume=RUN_DIR` continues an interrupted run in its own directory;
 `torchrun --nproc_per_node=N scripts/train.py ...` trains data-parallel.
 A run directory that already holds a run (a sweep run again, or `hydra.run.dir=DIR`) is not
-started over: a finished run (metrics.json) is skipped, an interrupted one (step checkpoints)
-resumed.
+started over: a finished run (training's record in metrics.json) is skipped, an interrupted one
+(step checkpoints) resumed; one command at a time writes into a run directory.
 """
 
 import logging
 import shlex
 import signal
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -22,6 +23,7 @@ from minimt.allocator import reexec_with_mimalloc
 from minimt.atomic import WriteError
 from minimt.cli import one_line_errors
 from minimt.errors import with_hint
+from minimt.locks import writing
 from minimt.signals import Terminated, interrupted_line, signal_of
 from minimt.sweep_signals import forward_stops, hold_stops, record, remember_stops, stopped
 
@@ -92,7 +94,16 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def train_one(cfg: DictConfig, run_dir: str) -> float | None:
-    """Train (or skip, or resume) the run in `run_dir`; its best val BLEU."""
+    """Train (or skip, or resume) the run in `run_dir`, which this command holds meanwhile
+    (minimt.locks); its best val BLEU."""
+    from minimt.train.distributed import launched_as_main  # loads torch: see __main__
+
+    with writing(run_dir) if launched_as_main() else nullcontext():
+        return train_held(cfg, run_dir)
+
+
+def train_held(cfg: DictConfig, run_dir: str) -> float | None:
+    """train_one's work, the run held."""
     # These load torch: see __main__.
     from minimt.rundir import finished_run, interrupted_run
     from minimt.study.views import study_hooks

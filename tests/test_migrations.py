@@ -122,6 +122,7 @@ STEPS = [
         {"pe": {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0}},
         {"pe": {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0}},
     ),
+    (m.runs_tied_to_their_data, {"resume": None}, {"resume": None, "resume_new_data": False}),
 ]
 
 
@@ -147,7 +148,7 @@ def test_a_run_without_a_recorded_format_is_dated_by_its_keys():
         step.upgrade(config)
         versions.append(m.format_of(config))
     # formats 12 and 13 read as earlier ones whose steps leave them unchanged
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 9, 14, 15, 15]
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 9, 14, 15, 15, 15]
 
 
 def test_a_recorded_format_is_trusted_and_a_newer_one_refused():
@@ -171,6 +172,19 @@ def test_an_upgraded_record_names_the_format_it_was_saved_in():
     today = {"config": compose_leaves(""), "format": m.RUN_FORMAT}
     assert m.upgraded(today) is today
     assert len(m.changes_since(1)) == m.RUN_FORMAT - 1
+
+
+def test_a_record_saved_before_finishing_was_recorded_is_finished_when_training_wrote_it():
+    config = compose_leaves("")
+    trained = {"config": config, "format": 16, "steps": 300, "best_val_bleu": 12.0}
+    evaluated = {"eval": {"test.beam5.last": {"bleu": 3.0}}}  # an interrupted run evaluated
+    assert m.upgraded_metrics(trained)["finished"] is True
+    assert m.upgraded_metrics({"best_val_bleu": 1.0})["finished"] is True  # formats 1-4
+    assert m.upgraded_metrics(evaluated)["finished"] is False
+    assert m.upgraded_metrics(evaluated | {"format": 16, "config": config})["finished"] is False
+    today = {"config": config, "format": m.RUN_FORMAT, "eval": {}}
+    assert m.upgraded_metrics(today)["finished"] is False
+    assert m.upgraded_metrics(today | {"finished": True})["finished"] is True
 
 
 def compose_leaves(overrides: str) -> dict:

@@ -147,6 +147,7 @@ def subsample_size(v: object) -> str | None:
 RULES: dict[str, Rule] = {
     "resume": lambda v: None if v is None or path(v) is None else "must be a path or null",
     "views": boolean,
+    "resume_new_data": boolean,
     "embedding.scale": boolean,
     "embedding.share": share_level,
     "embedding.init_std": optional_positive_number,

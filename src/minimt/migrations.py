@@ -150,6 +150,13 @@ def encodings_by_import_path(config: dict) -> None:
     spelling means what it meant."""
 
 
+def runs_tied_to_their_data(config: dict) -> None:
+    """16 -> 17: `resume_new_data` (false: a resume on changed training files is refused; before,
+    one trained on a tokenizer made again from them); step checkpoints record the training
+    files' digests, metrics.json whether training finished."""
+    config.setdefault("resume_new_data", False)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One step of the chain: a config of format `source` becomes one of format `source + 1`."""
@@ -182,11 +189,15 @@ MIGRATIONS = tuple(
             no_long_input_scores,
             encoder_and_decoder_only,
             encodings_by_import_path,
+            runs_tied_to_their_data,
         ),
         start=1,
     )
 )
 RUN_FORMAT = len(MIGRATIONS) + 1  # today's
+LAST_UNRECORDED = 15  # the newest format whose runs did not record it
+FINISHED_KEY = "finished"  # metrics.json: true once training's end wrote its record
+TRAINING_KEYS = ("steps", "best_val_bleu")  # what only training's end wrote, before format 17
 
 
 class UnknownFormat(MinimtError, ValueError):
@@ -219,7 +230,7 @@ def format_of(config: dict, recorded: object = None) -> int:
         (11, "shape_buckets" in trainer),
         (14, "name" in pe),
     )
-    return next((version for version, dated in dated_by if dated), RUN_FORMAT - 1)
+    return next((version for version, dated in dated_by if dated), LAST_UNRECORDED)
 
 
 def migrate_config(config: dict, source: int) -> dict:
@@ -250,3 +261,13 @@ def upgraded(saved: dict) -> dict:
     except (AttributeError, TypeError):  # a section that is no mapping: validation names it
         return saved
     return saved | {"config": config, FORMAT_KEY: RUN_FORMAT, "saved_format": source}
+
+
+def upgraded_metrics(record: dict) -> dict:
+    """A metrics.json record in today's format (`upgraded`), saying whether training finished:
+    before format 17 recorded it, a record that holds training's keys was training's, and one
+    without them only evaluate.py's entries (an interrupted run evaluated)."""
+    upgraded_record = upgraded(record)
+    if FINISHED_KEY in upgraded_record:
+        return upgraded_record
+    return upgraded_record | {FINISHED_KEY: any(key in record for key in TRAINING_KEYS)}

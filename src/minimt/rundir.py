@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,12 +16,14 @@ from minimt.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_weights,
+    save_json,
     step_checkpoints,
 )
 from minimt.config import ConfigError, build_model, resume_mismatches
 from minimt.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, TokenizerPair
 from minimt.errors import MinimtError, NotFound, with_hint
-from minimt.migrations import upgraded
+from minimt.locks import writing
+from minimt.migrations import FINISHED_KEY, upgraded_metrics
 from minimt.model.transformer import Transformer
 
 NAMED_CHECKPOINTS = ("best", "last", "averaged")
@@ -100,6 +103,26 @@ def check_tokenizers(tokenizers: TokenizerPair, saved: dict, checkpoint: Path) -
         )
 
 
+def keep_tokenizers(run_dir: Path, tokenizers: TokenizerPair) -> None:
+    """Save a run's `tokenizers` into run_dir; where it already holds checkpoints, the tokenizer
+    files they trained with are never written again: these must be the same."""
+    if not any((run_dir / "checkpoints").glob("*.pt")):
+        tokenizers.save(run_dir)
+        return
+    try:
+        there = TokenizerPair.load(run_dir)
+    except NotFound:
+        tokenizers.save(run_dir)
+        return
+    if there.fingerprint != tokenizers.fingerprint:
+        named = " and ".join(str(path) for path in tokenizer_files(run_dir))
+        raise CheckpointMismatch(
+            f"{run_dir} holds checkpoints trained with {named}, and this run's data make "
+            "another tokenizer (other training files or tokenizer settings): train in another "
+            f"directory, or continue that run with resume={run_dir}"
+        )
+
+
 def tokenizer_files(run_dir: Path) -> list[Path]:
     joint = run_dir / JOINT_FILE
     return [joint] if joint.is_file() else [run_dir / SRC_FILE, run_dir / TGT_FILE]
@@ -129,7 +152,8 @@ def checkpoints_that_load(run_dir: str | Path, other_than: Path) -> str:
 
 
 def read_metrics(run_dir: str | Path) -> dict | None:
-    """run_dir/metrics.json (a finished run's record), None if there is none."""
+    """run_dir/metrics.json (training's record and evaluate.py's entries), None if there is
+    none."""
     path = Path(run_dir) / "metrics.json"
     if not path.exists():
         return None
@@ -145,12 +169,35 @@ def read_metrics(run_dir: str | Path) -> dict | None:
     return metrics
 
 
+def update_metrics(run_dir: str | Path, change: Callable[[dict], dict]) -> dict:
+    """Write run_dir/metrics.json as change(what it holds now) ({} where there is none): read
+    and written while this command holds the run (minimt.locks), never from a copy read
+    earlier, so that what other commands added stays. Returns what was written."""
+    with writing(run_dir):
+        metrics = change(read_metrics(run_dir) or {})
+        save_json(Path(run_dir) / "metrics.json", metrics)
+    return metrics
+
+
+def is_finished(run_dir: str | Path) -> bool:
+    """Whether training's end recorded run_dir's run as finished (evaluate.py's entries alone,
+    of a run stopped part-way, do not finish it)."""
+    return bool(finished_record(read_metrics(run_dir)))
+
+
+def finished_record(metrics: dict | None) -> dict | None:
+    """A metrics.json record in today's format if training finished it, else None."""
+    record = upgraded_metrics(metrics) if metrics is not None else None
+    return record if record and record[FINISHED_KEY] else None
+
+
 def finished_run(run_dir: str | Path, cfg: DictConfig) -> dict | None:
     """The metrics.json of a run finished in run_dir with cfg's settings (a sweep skips it)."""
     metrics = read_metrics(run_dir)
-    if metrics is None:
+    record = finished_record(metrics)
+    if record is None:
         return None
-    problems = resume_mismatches(upgraded(metrics).get("config", {}), cfg)
+    problems = resume_mismatches(record.get("config", {}), cfg)
     if problems:
         raise ConfigError(
             f"{run_dir} holds a finished run with other settings, so it cannot stand for this "
@@ -161,8 +208,5 @@ def finished_run(run_dir: str | Path, cfg: DictConfig) -> dict | None:
 
 
 def interrupted_run(run_dir: str | Path) -> bool:
-    """run_dir holds step checkpoints but no metrics.json: a run stopped before its end."""
-    run_dir = Path(run_dir)
-    return not (run_dir / "metrics.json").is_file() and bool(
-        step_checkpoints(run_dir / "checkpoints")
-    )
+    """run_dir holds step checkpoints but no finished run: a run stopped before its end."""
+    return bool(step_checkpoints(Path(run_dir) / "checkpoints")) and not is_finished(run_dir)

@@ -70,10 +70,15 @@ class ParallelFiles:
         return replace(self, num_pairs=total - len(skip), skip=tuple(sorted(skip)))
 
     @cached_property
+    def digests(self) -> dict[str, str]:
+        """The SHA-256 of each file's bytes, by side ("src", "tgt")."""
+        return {"src": sha256_of(self.src), "tgt": sha256_of(self.tgt)}
+
+    @cached_property
     def fingerprint(self) -> str:
         """A digest of both files' bytes, the limit and the skipped lines: equal fingerprints,
         equal pairs."""
-        parts = [sha256_of(self.src), sha256_of(self.tgt), self.limit]
+        parts = [self.digests["src"], self.digests["tgt"], self.limit]
         if self.skip:  # without one, the digest of files that skip nothing stays what it was
             parts.append(hashlib.sha256(repr(self.skip).encode()).hexdigest())
         return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]

@@ -144,12 +144,13 @@ class RunData:
     summary: dict[str, int | dict[str, int]]
 
 
-def prepare_data(cfg: DictConfig) -> RunData:
-    """Train (or reuse) the BPE tokenizers on the training files less the long test pairs,
-    tokenize the training files (or reuse them), keep the pairs to train on, batch."""
+def prepare_data(cfg: DictConfig, tokenizers: TokenizerPair | None = None) -> RunData:
+    """Train (or reuse) the BPE tokenizers on the training files less the long test pairs (or
+    take `tokenizers`: a resumed run's own), tokenize the training files (or reuse them), keep
+    the pairs to train on, batch."""
     data = cfg.data
     splits = load_text_splits(data)
-    tokenizers = build_tokenizers(
+    tokenizers = tokenizers or build_tokenizers(
         splits.train.without(splits.lengths.held_out_lines),
         cfg.tokenizer.vocab_size,
         cfg.tokenizer.joint,

@@ -14,6 +14,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 
+def launched_as_main() -> bool:
+    """Whether this process is rank 0 of its torchrun job, or runs alone (before any process
+    group exists)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 @dataclass(frozen=True)
 class Distributed:
     """This process's place among `world_size` training processes (1 when not under torchrun)."""

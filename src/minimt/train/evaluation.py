@@ -20,16 +20,16 @@ from minimt.checkpoint import (
     load_checkpoint,
     load_weights,
     save_checkpoint,
-    save_json,
 )
 from minimt.data.corpus import Pairs
 from minimt.data.length_split import LONG_PREFIX, POOLED_LONG
 from minimt.data.splits import RunData
 from minimt.data.tokenized import BatchedPairs
 from minimt.metrics import CorpusScores, corpus_scores
-from minimt.migrations import FORMAT_KEY, RUN_FORMAT
+from minimt.migrations import FINISHED_KEY, FORMAT_KEY, RUN_FORMAT
 from minimt.model.transformer import Transformer
 from minimt.provenance import provenance, read_starts
+from minimt.rundir import update_metrics
 from minimt.runtime import device_name
 from minimt.train.memory import PeakMemory
 from minimt.train.progress import log_samples, log_scalars
@@ -145,6 +145,7 @@ def finish(
     magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
     metrics = {
         FORMAT_KEY: RUN_FORMAT,
+        FINISHED_KEY: True,
         "steps": state.step,
         "epochs_completed": state.epoch,
         "stop_reason": stop_reason,
@@ -169,11 +170,17 @@ def finish(
         **extra,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    save_json(run.run_dir / "metrics.json", metrics)  # safe whatever a hook does next
+    save_record(run.run_dir, metrics)  # safe whatever a hook does next
     for hook in hooks:
         hook.on_finish(run, metrics)
-    save_json(run.run_dir / "metrics.json", metrics)
+    save_record(run.run_dir, metrics)
     return metrics
+
+
+def save_record(run_dir: Path, metrics: dict) -> None:
+    """metrics.json: training's record, with the "eval" entries evaluate.py added before (to a
+    run it scored part-way, or to an earlier end of this one)."""
+    update_metrics(run_dir, lambda saved: metrics | {k: v for k, v in saved.items() if k == "eval"})
 
 
 def input_magnitudes(model: Transformer, cfg: DictConfig) -> dict:

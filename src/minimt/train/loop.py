@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Sequence
-from contextlib import closing, nullcontext
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -19,14 +19,16 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import remove_temp_files
-from minimt.checkpoint import resume_checkpoint
+from minimt.checkpoint import resume_checkpoint, run_dir_of
 from minimt.config import ConfigError, register_resolvers, validate_config
 from minimt.data.batching import Batch
-from minimt.data.splits import RunData, prepare_data
+from minimt.data.splits import RunData, prepare_data, training_files
+from minimt.data.tokenizer import TokenizerPair
 from minimt.encoding_choice import SidePositions
 from minimt.errors import MinimtError
+from minimt.locks import writing
 from minimt.provenance import record_start, session
-from minimt.rundir import tokenizer_digest
+from minimt.rundir import check_tokenizers, keep_tokenizers, read_metrics, tokenizer_digest
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.signals import StopRequest
 from minimt.train.distributed import Distributed
@@ -47,7 +49,10 @@ from minimt.train.progress import (
 )
 from minimt.train.state import (
     Clock,
+    Resumed,
     TrainState,
+    check_corpus,
+    load_resumed,
     patience_reached,
     resume_training,
     save_training_checkpoint,
@@ -105,12 +110,21 @@ def train(
     try:
         if not dist.is_main:
             logging.getLogger("minimt").setLevel(logging.WARNING)
-        with PeakMemory() as memory:
-            setup = set_up(cfg, positions, Path(dist.broadcast(str(run_dir))), dist)
+        run_dir = Path(dist.broadcast(str(run_dir)))
+        with writing_on_main(run_dir, dist), PeakMemory() as memory:
+            setup = set_up(cfg, positions, run_dir, dist)
             stop = StopRequest(stopped_before() if stopped_before else None)
             return run_training(cfg, setup, dist, hooks, memory, stop)
     finally:
         dist.close()
+
+
+def writing_on_main(run_dir: Path, dist: Distributed) -> AbstractContextManager:
+    """Rank 0, the one process that writes files, holds `run_dir` (minimt.locks.writing)."""
+    if not dist.is_main:
+        return nullcontext()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return writing(run_dir)
 
 
 def run_training(
@@ -254,21 +268,24 @@ def set_up(
     seed_everything(trainer.seed)
     set_num_threads(job_num_threads(trainer.num_threads))
     device = dist.device(pick_device(trainer.device))
+    resumed = None if cfg.resume is None else load_resumed(resume_checkpoint(cfg.resume), cfg)
     with dist.main_first():
-        data = prepare_data(cfg)
+        data = run_data(cfg, resumed)
     if dist.is_main:
-        data.tokenizers.save(run_dir)
+        read_metrics(run_dir)  # a damaged record stops the run now, not at its end
+        keep_tokenizers(run_dir, data.tokenizers)
         remove_temp_files(run_dir / "checkpoints")
     vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
     training = build_training(cfg, *vocab, device, dist.wrap, positions=positions)
     if dist.rank:  # dropout masks differ between ranks (DDP copies rank 0's weights)
         torch.manual_seed(trainer.seed * 1000 + dist.rank)
     state = (
-        resume_training(resume_checkpoint(cfg.resume), cfg, training, dist)
-        if cfg.resume is not None
+        resume_training(resumed, cfg, training, dist)
+        if resumed is not None
         else TrainState(init_magnitudes=input_magnitudes(training.model, cfg))
     )
     state.tokenizer_digest = tokenizer_digest(run_dir) if dist.is_main else ""
+    state.corpus = data.splits.train.digests
     state.sessions.append(session(device, from_step=state.step))
     if dist.is_main:
         record_start(run_dir, state.sessions[-1])
@@ -278,6 +295,17 @@ def set_up(
     if dist.is_main:
         log_start(training, device, trainer, dist.world_size)
     return Setup(data, training, state, translator, device, run_dir)
+
+
+def run_data(cfg: DictConfig, resumed: Resumed | None) -> RunData:
+    """The run's data (prepare_data). A resumed run keeps the tokenizers in its directory, never
+    made again, and the training files its checkpoint recorded (check_corpus)."""
+    if resumed is None:
+        return prepare_data(cfg)
+    check_corpus(resumed, training_files(cfg.data), cfg.resume_new_data)
+    tokenizers = TokenizerPair.load(run_dir_of(resumed.path))
+    check_tokenizers(tokenizers, resumed.saved, resumed.path)
+    return prepare_data(cfg, tokenizers)
 
 
 def agree_to_stop(

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +27,7 @@ from minimt.checkpoint import (
 )
 from minimt.config import changed_settings, resume_mismatches
 from minimt.data.batching import Batch, prefetched
+from minimt.data.corpus import DataError, ParallelFiles
 from minimt.data.tokenized import BatchedPairs
 from minimt.errors import with_hint
 from minimt.migrations import FORMAT_KEY, RUN_FORMAT, changes_since
@@ -52,6 +54,8 @@ class TrainState:
     # Seq2SeqEmbedding.input_magnitudes of the untrained model
     init_magnitudes: dict = field(default_factory=dict)
     tokenizer_digest: str = ""  # minimt.rundir.tokenizer_digest: another tokenizer is refused
+    # SHA-256 of the training files by side (ParallelFiles.digests): a resume on others is refused
+    corpus: dict[str, str] = field(default_factory=dict)
     # minimt.provenance.session of the run's start and of each resume
     sessions: list[dict] = field(default_factory=list)
 
@@ -192,16 +196,16 @@ def resuming_instead(path: Path) -> str:
     return f"resume={older} continues from the newest that loads"
 
 
-def resume_training(
-    path: Path, cfg: DictConfig, training: Training, dist: Distributed
-) -> TrainState:
-    """Load the weights, optimizer, schedule and random state saved at `path`; its TrainState.
+class Resumed(NamedTuple):
+    """The step checkpoint a run resumes from: its path and what it holds."""
 
-    Settings that the weights or the data order depend on (RESUME_KEYS, the pe section) must
-    match the checkpoint's; every other setting may change, each one that does named in one
-    warning. A checkpoint of an older run format is read in today's (minimt.migrations), and one
-    that saved too little to continue exactly says so.
-    """
+    path: Path
+    saved: dict
+
+
+def load_resumed(path: Path, cfg: DictConfig) -> Resumed:
+    """The step checkpoint at `path`, refused where it holds weights only or where a setting that
+    the weights or the data order depend on (RESUME_KEYS, the pe section) differs from cfg's."""
     with with_hint(lambda: resuming_instead(path), DamagedCheckpoint):
         saved = load_checkpoint(path)
     if "optimizer" not in saved:
@@ -215,6 +219,44 @@ def resume_training(
             f"cannot resume from {path}: these settings differ from the checkpoint's "
             "(resume with the checkpoint's values, or start a new run):\n  " + "\n  ".join(problems)
         )
+    return Resumed(path, saved)
+
+
+def check_corpus(resumed: Resumed, train: ParallelFiles, resume_new_data: bool) -> None:
+    """The training files `train` must be those the checkpoint's run trained on (its tokenizer
+    and token ids came from them): other ones are refused in one line naming them, or, with
+    `resume_new_data`, named in a warning (the run's own tokenizer encodes them)."""
+    recorded = resumed.saved["state"].get("corpus")
+    if not recorded:
+        log.info("%s recorded no digest of its training files (an older run format)", resumed.path)
+        return
+    files = {"src": train.src, "tgt": train.tgt}
+    changed = [
+        str(files[side]) for side, digest in train.digests.items() if recorded.get(side) != digest
+    ]
+    if not changed:
+        return
+    what = f"the training files changed since {resumed.path} was saved: {', '.join(changed)}"
+    if resume_new_data:
+        log.warning("%s; resume_new_data=true: the run's own tokenizer encodes them", what)
+        return
+    raise DataError(
+        f"cannot resume: {what} (the run's tokenizer and token ids came from them as they were): "
+        "start a new run on them, or continue this one with resume_new_data=true (its own "
+        "tokenizer encodes the new pairs)"
+    )
+
+
+def resume_training(
+    resumed: Resumed, cfg: DictConfig, training: Training, dist: Distributed
+) -> TrainState:
+    """Load the weights, optimizer, schedule and random state `resumed` holds; its TrainState.
+
+    Every setting but those load_resumed checked may change, each one that does named in one
+    warning. A checkpoint of an older run format is read in today's (minimt.migrations), and one
+    that saved too little to continue exactly says so.
+    """
+    path, saved = resumed
     if "saved_format" in saved:
         log.info(
             "%s was saved in run format %d (today's: %d), read in today's spelling: %s",
