@@ -126,10 +126,10 @@ def _holder(fd: int) -> str:
 def private_folder(parent: Path) -> Iterator[Path]:
     """A new temporary folder in `parent` (tmpXXXXXXXX), locked while the block runs and removed
     after it; the folders there that no living process holds (left by a kill) are removed
-    first. Makers and cleaners take turns on parent/.lock, so a folder is never removed
+    first. Makers and cleaners take turns on `parent`'s own lock, so a folder is never removed
     between its making and its locking."""
     parent.mkdir(parents=True, exist_ok=True)
-    with _locked(parent / ".lock"):
+    with _locked(parent):
         for stale in parent.glob("tmp*"):
             if stale.is_dir():
                 _remove_unless_held(stale)
@@ -159,9 +159,9 @@ def _remove_unless_held(folder: Path) -> None:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold `path`'s lock (waiting for it: its holders hold it for a moment)."""
-    fd = _open(path)
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s lock (waiting for it: its holders hold it for a moment)."""
+    fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
