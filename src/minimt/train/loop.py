@@ -261,18 +261,20 @@ def set_up(
     run_dir: Path,
     dist: Distributed,
 ) -> Setup:
-    """Seeds, threads and device; the data (rank 0 first: it writes the caches); the model
+    """Seeds, threads and device; the checkpoint of cfg.resume, checked against cfg; the data
+    (rank 0 first: it writes the caches; run_data) and the run's tokenizers kept; the model
     (its encodings: `positions`, as validate_config read them), optimizer and loss; the state,
     new or resumed from cfg.resume; the translator; `run_dir`, where the run writes."""
     trainer = cfg.trainer
     seed_everything(trainer.seed)
     set_num_threads(job_num_threads(trainer.num_threads))
     device = dist.device(pick_device(trainer.device))
+    if dist.is_main:
+        read_metrics(run_dir)  # a damaged record stops the run now, not at its end
     resumed = None if cfg.resume is None else load_resumed(resume_checkpoint(cfg.resume), cfg)
     with dist.main_first():
         data = run_data(cfg, resumed)
     if dist.is_main:
-        read_metrics(run_dir)  # a damaged record stops the run now, not at its end
         keep_tokenizers(run_dir, data.tokenizers)
         remove_temp_files(run_dir / "checkpoints")
     vocab = (data.tokenizers.src_vocab_size, data.tokenizers.tgt_vocab_size)
