@@ -73,8 +73,6 @@ def test_each_side_s_encoding_builds_from_the_config(overrides, encoder, decoder
         ("all", True, True),
         ("decoder", False, True),
         ("none", False, False),
-        ("true", True, True),
-        ("false", False, True),
     ],
 )
 def test_share_levels_build_their_tying(share, src_is_tgt, output_is_tgt):
@@ -86,14 +84,6 @@ def test_share_levels_build_their_tying(share, src_is_tgt, output_is_tgt):
     assert model.num_parameters() == build("embedding.share=all").num_parameters() + (
         matrices - 1
     ) * (VOCAB * 32)
-
-
-@pytest.mark.parametrize(("old", "level"), [("true", "all"), ("false", "decoder")])
-def test_true_and_false_build_the_same_model_as_their_share_level(old, level):
-    old_model, new_model = build(f"embedding.share={old}"), build(f"embedding.share={level}")
-    old_state, new_state = old_model.state_dict(), new_model.state_dict()
-    assert old_state.keys() == new_state.keys()
-    assert all(torch.equal(old_state[key], new_state[key]) for key in old_state)
 
 
 @pytest.mark.parametrize(("init_std", "expected"), [("null", 32**-0.5), ("1.0", 1.0)])
@@ -109,11 +99,13 @@ def test_init_std_from_the_config(init_std, expected):
     [
         (["pe.encoder=rotary"], ["pe.encoder", "sinusoidal", "alibi"]),
         (["pe.decoder=nope"], ["pe.decoder", "learned", "none"]),
-        (["embedding.share=maybe"], ["embedding.share", "none, decoder, all", "true = all"]),
+        (["embedding.share=maybe"], ["embedding.share", "none, decoder, all"]),
+        (["embedding.share=true"], ["embedding.share=True", "none, decoder, all", "true was all"]),
+        (["embedding.share=false"], ["embedding.share=False", "false decoder"]),
         (["embedding.init_std=0"], ["embedding.init_std", "positive number"]),
         (["embedding.init_std=big"], ["embedding.init_std", "positive number"]),
         (["tokenizer.joint=false"], ["embedding.share=all", "tokenizer.joint=true"]),
-        (["tokenizer.joint=false", "embedding.share=true"], ["embedding.share=true"]),
+        (["tokenizer.joint=false", "embedding.share=all"], ["embedding.share=all"]),
         (["pe.decoder=rope", "model.d_model=12"], ["pe.decoder", "must be even", "12 / 4"]),
         (["pe=rope", "model.d_model=12"], ["pe.encoder, pe.decoder", "12 / 4"]),
     ],
@@ -130,7 +122,6 @@ def test_bad_embedding_values_name_the_key_and_the_choices(overrides, named):
     [
         ["tokenizer.joint=false", "embedding.share=decoder"],
         ["tokenizer.joint=false", "embedding.share=none"],
-        ["tokenizer.joint=false", "embedding.share=false"],
         ["pe=alibi", "model.n_heads=3", "model.d_model=36"],  # any head count, odd head size
         ["embedding.init_std=0.05"],
     ],

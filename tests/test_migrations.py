@@ -122,7 +122,11 @@ STEPS = [
         {"pe": {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0}},
         {"pe": {"encoder": "sinusoidal", "decoder": "sinusoidal", "scale": 1.0}},
     ),
-    (m.runs_tied_to_their_data, {"resume": None}, {"resume": None, "resume_new_data": False}),
+    (
+        m.runs_tied_to_their_data,
+        {"resume": None, "embedding": {"share": False}},
+        {"resume": None, "resume_new_data": False, "embedding": {"share": "decoder"}},
+    ),
 ]
 
 
@@ -133,6 +137,12 @@ def test_a_step_fills_what_the_code_of_its_time_did_and_keeps_todays_spelling(st
     assert config == after
     step(config)  # a run dated a little too early comes out the same
     assert config == after
+
+
+@pytest.mark.parametrize(("saved", "level"), [(True, "all"), (False, "decoder"), ("none", "none")])
+def test_a_boolean_share_saved_before_format_17_reads_as_its_level(saved, level):
+    config = {"embedding": {"share": saved}}
+    assert m.migrate_config(config, 16) == {"embedding": {"share": level}, "resume_new_data": False}
 
 
 def test_every_step_is_in_the_chain_once():

@@ -23,7 +23,7 @@ def test_command_line_lists_replace_the_sweep_s_own():
         "sweep=embedding",
         "pe=sinusoidal,learned",
         "embedding.scale=true,false",
-        "embedding.share=true",
+        "embedding.share=all",
         "trainer.seed=1,2",
     )
     assert len(jobs) == 8

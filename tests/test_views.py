@@ -129,7 +129,7 @@ def hparams_plugin_view(logdir: Path) -> tuple[api_pb2.Experiment, list[api_pb2.
 def test_hparams_study_variables_first_named_by_config_key(writer, tmp_path):
     cfg = study_config(
         pe={"encoder": "learned", "decoder": "none", "init_std": 0.02},
-        embedding={"scale": False, "share": True},  # true: the old spelling of "all"
+        embedding={"scale": False, "share": "all"},
         trainer={"seed": 3},
         data={"train_max_words": 15},
     )

@@ -123,19 +123,17 @@ def positive_int_list(v: object) -> str | None:
     return None if ok else "must be a list of integers >= 1 (may be empty)"
 
 
-# embedding.share: tying level -> (share_embeddings, tie_output); true = all, false = decoder.
+# embedding.share: tying level -> (share_embeddings, tie_output)
 SHARE_LEVELS = {"none": (False, False), "decoder": (False, True), "all": (True, True)}
-SHARE_ALIASES = {True: "all", False: "decoder"}
 
 
 def share_level(v: object) -> str | None:
-    ok = v in SHARE_LEVELS if isinstance(v, str) else isinstance(v, bool)
-    return None if ok else "must be one of none, decoder, all (true = all, false = decoder)"
-
-
-def tying_level(share: bool | str) -> str:
-    """embedding.share as one of SHARE_LEVELS."""
-    return SHARE_ALIASES[share] if isinstance(share, bool) else share
+    if isinstance(v, str) and v in SHARE_LEVELS:
+        return None
+    was = (
+        " (true / false are no levels: true was all, false decoder)" if isinstance(v, bool) else ""
+    )
+    return f"must be one of none, decoder, all{was}"
 
 
 def subsample_size(v: object) -> str | None:
@@ -305,9 +303,9 @@ def _cross_key_problems(
     its encodings be checked against the model."""
     problems = []
     share = cfg.embedding.share
-    if tying_level(share) == "all" and not cfg.tokenizer.joint:
+    if share == "all" and not cfg.tokenizer.joint:
         problems.append(
-            f"embedding.share={str(share).lower()} needs tokenizer.joint=true: tying source, "
+            f"embedding.share={share} needs tokenizer.joint=true: tying source, "
             "target and output tables needs one vocabulary (or set embedding.share=decoder or none)"
         )
     if cfg.data.train_subsample == AS_LENGTH_SPLIT and cfg.data.long_tests_over is None:
@@ -400,7 +398,7 @@ def build_model(
     arguments (and the only place a name changes). `positions`: the encoder's and decoder's
     positions validate_config returned for `cfg`; without them (a saved run's config) they are
     read from cfg.pe."""
-    share_embeddings, tie_output = SHARE_LEVELS[tying_level(cfg.embedding.share)]
+    share_embeddings, tie_output = SHARE_LEVELS[cfg.embedding.share]
     sides = positions or encoding_choices(cfg.pe)
     model = cfg.model
     return Transformer(

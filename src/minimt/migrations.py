@@ -153,8 +153,12 @@ def encodings_by_import_path(config: dict) -> None:
 def runs_tied_to_their_data(config: dict) -> None:
     """16 -> 17: `resume_new_data` (false: a resume on changed training files is refused; before,
     one trained on a tokenizer made again from them); step checkpoints record the training
-    files' digests, metrics.json whether training finished."""
+    files' digests, metrics.json whether training finished; `embedding.share` true / false,
+    accepted on the command line until then, saved as its level all / decoder."""
     config.setdefault("resume_new_data", False)
+    (embedding,) = _sections(config, "embedding")
+    if isinstance(embedding.get("share"), bool):
+        embedding["share"] = "all" if embedding["share"] else "decoder"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from minimt.config import SHARE_LEVELS, tying_level
+from minimt.config import SHARE_LEVELS
 from minimt.data.tokenizer import EOS_ID, TokenizerPair
 from minimt.encoding_choice import EncodingChoice
 from minimt.model.positions import BUILT_IN_ENCODINGS
@@ -122,7 +122,7 @@ def hparams_row(cfg: DictConfig) -> dict[str, str | float]:
         "pe.init_std": encoding_option(positions, "init_std"),
         "pe.scale": encoding_option(positions, "scale"),
         "embedding.scale": str(cfg.embedding.scale).lower(),
-        "embedding.share": tying_level(cfg.embedding.share),
+        "embedding.share": cfg.embedding.share,
         "embedding.init_std": "d_model^-0.5" if init_std is None else str(float(init_std)),
         "trainer.seed": cfg.trainer.seed,
         "trainer.lr": cfg.trainer.lr,
