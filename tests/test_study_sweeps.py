@@ -245,6 +245,8 @@ def test_a_smoke_length_split_sweep_run_again_skips_finished_runs_and_resumes_th
         *tiny_run_overrides(multi30k_dir, tmp_path / "data", "trainer.max_steps=20"),
         *QUICK_FINISH,  # what is checked here is skipping and resuming
         "decoding.test_beam=1",
+        "decoding.max_len_a=0",  # test outputs of at most 4 tokens: an untrained model never stops
+        "decoding.max_len_b=4",
         "arm=length_alibi,length_learned",  # the controls' M is larger than smoke's data
         "trainer.seed=1",
         f"hydra.sweep.dir={sweep_dir}",

@@ -60,7 +60,7 @@ def test_a_table_shorter_than_some_validation_pairs_trains_and_records_them(
 
 
 def test_a_table_no_validation_pair_fits_is_refused_before_training(multi30k_dir, tmp_path):
-    overrides = tiny_run_overrides(multi30k_dir, tmp_path / "data")
+    overrides = tiny_run_overrides(multi30k_dir, tmp_path / "data", "data.max_val_pairs=100")
     cfg = compose_config(*overrides, "model.max_seq_len=4", "data.max_train_len=3")
     with pytest.raises(DataError) as raised:
         train(cfg, tmp_path / "run")
