@@ -8,8 +8,8 @@ import sys
 
 from minimt.checkpoint import average_last_checkpoints, load_checkpoint
 from minimt.cli import one_line_errors, parse_args
-from minimt.config import path, positive_int
 from minimt.locks import writing
+from minimt.rules import path, positive_int
 from minimt.rundir import checkpoint_dir
 
 DEFAULTS = {"run": "???", "last": 5}

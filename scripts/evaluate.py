@@ -24,12 +24,12 @@ from minimt.atomic import WriteError, write_text
 from minimt.checkpoint import average_last_checkpoints, load_checkpoint
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
-from minimt.config import at_least, optional, path, positive_int, positive_int_list, split_names
 from minimt.data.corpus import DataError, Pairs, read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.errors import with_hint
 from minimt.locks import writing
 from minimt.metrics import CorpusScores, corpus_scores
+from minimt.rules import at_least, optional, path, positive_int, positive_int_list, split_names
 from minimt.rundir import checkpoint_dir, read_metrics, update_metrics
 from minimt.translator import Translator
 

@@ -21,9 +21,9 @@ from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from minimt.cli import one_line_errors, parse_args
-from minimt.config import path
 from minimt.errors import NotFound
 from minimt.locks import writing
+from minimt.rules import path
 from minimt.study.runs import load_run
 from minimt.study.views import log_hparams
 

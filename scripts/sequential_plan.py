@@ -14,8 +14,8 @@ For the plan's family (minimt.study.questions.PLAN) this prints, as markdown tab
 import sys
 
 from minimt.cli import one_line_errors, parse_args
-from minimt.config import positive_int, positive_number
 from minimt.errors import NotFound
+from minimt.rules import positive_int, positive_number
 from minimt.study.questions import PLAN, Family
 from minimt.study.sequential import (
     DIFFERENCE,

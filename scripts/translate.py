@@ -9,9 +9,9 @@ import sys
 from minimt.atomic import WriteError, write_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
-from minimt.config import optional, path
 from minimt.data.corpus import text_lines
 from minimt.errors import with_hint
+from minimt.rules import optional, path
 from minimt.translator import Translator
 
 DEFAULTS = {

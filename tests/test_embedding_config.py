@@ -6,12 +6,7 @@ import torch
 from omegaconf import OmegaConf
 
 from minimt import pe_section
-from minimt.config import (
-    ConfigError,
-    build_model,
-    resume_mismatches,
-    validate_config,
-)
+from minimt.config import ConfigError, build_model, resume_mismatches, validate_config
 from minimt.encoding_choice import encoding_class
 from minimt.model.positions import (
     AlibiBias,

@@ -20,7 +20,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import remove_temp_files
 from minimt.checkpoint import resume_checkpoint, run_dir_of
-from minimt.config import ConfigError, register_resolvers, validate_config
+from minimt.config import register_resolvers, validate_config
 from minimt.data.batching import Batch
 from minimt.data.splits import RunData, prepare_data, training_files
 from minimt.data.tokenizer import TokenizerPair
@@ -58,7 +58,13 @@ from minimt.train.state import (
     save_training_checkpoint,
     step_batches,
 )
-from minimt.train.step import Training, build_training, checks_on_host, train_step
+from minimt.train.step import (
+    Training,
+    build_training,
+    check_batches_per_step,
+    checks_on_host,
+    train_step,
+)
 from minimt.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -194,11 +200,7 @@ def run_training(
         settle(unsettled, nonfinite_in_a_row, state, window, trainer, ckpt_dir)
         if interrupted:
             save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
-            raise Interrupted(
-                f"{reason}: stopped at step {state.step}, checkpoint saved in {ckpt_dir}; "
-                f"resume with the same settings plus resume={run_dir}",
-                signal.Signals[stop.signal] if stop.signal else None,
-            )
+            raise interruption(reason, state.step, run_dir, stop)
         stop.at_once()  # the final validation, checkpoint and test scores: stopped where it lands
         log.info("training stopped at step %d: %s", state.step, reason)
         validated = state.val_history and state.val_history[-1]["step"] == state.step
@@ -210,6 +212,15 @@ def run_training(
             return None
         memory.phase = "test decoding"
         return finish(run, state, clock, hooks, dist.world_size, reason, memory)
+
+
+def interruption(reason: str, step: int, run_dir: Path, stop: StopRequest) -> Interrupted:
+    """What ends training stopped by a signal (`reason`) at `step`, its checkpoint saved."""
+    return Interrupted(
+        f"{reason}: stopped at step {step}, checkpoint saved in {run_dir / 'checkpoints'}; "
+        f"resume with the same settings plus resume={run_dir}",
+        signal.Signals[stop.signal] if stop.signal else None,
+    )
 
 
 def update(
@@ -342,16 +353,6 @@ def agree_to_stop(
     if stop_early:
         return tokens, (converged or "trainer.patience reached (rank 0's validations)", False)
     return tokens, None
-
-
-def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> None:
-    if n_batches < world_size * accumulate:
-        raise ConfigError(
-            f"the training data make {n_batches} batches per epoch, fewer than one step "
-            f"needs ({world_size} processes x trainer.accumulate={accumulate}): lower "
-            "trainer.accumulate or trainer.batch_tokens, use fewer processes, or keep more pairs "
-            "(data.max_train_len, data.max_train_pairs, data.train_max_words, data.train_subsample)"
-        )
 
 
 def settle(

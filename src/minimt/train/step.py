@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from minimt.config import build_model
+from minimt.config import ConfigError, build_model
 from minimt.data.batching import Batch
 from minimt.encoding_choice import SidePositions
 from minimt.model.loss import label_smoothed_cross_entropy
@@ -155,3 +155,14 @@ def train_step(
     del optimizer.found_inf
     scheduler.step()
     return total, grad_norm, applied
+
+
+def check_batches_per_step(n_batches: int, world_size: int, accumulate: int) -> None:
+    """A ConfigError where an epoch's `n_batches` cannot fill one step of every process."""
+    if n_batches < world_size * accumulate:
+        raise ConfigError(
+            f"the training data make {n_batches} batches per epoch, fewer than one step "
+            f"needs ({world_size} processes x trainer.accumulate={accumulate}): lower "
+            "trainer.accumulate or trainer.batch_tokens, use fewer processes, or keep more pairs "
+            "(data.max_train_len, data.max_train_pairs, data.train_max_words, data.train_subsample)"
+        )
