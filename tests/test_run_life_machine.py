@@ -189,14 +189,6 @@ class RunLife(RuleBasedStateMachine):
         return self.check_output(Ended(script, result.returncode, result.stdout, result.stderr))
 
     def check_output(self, ended: Ended) -> Ended:
-        print(
-            "DBG",
-            ended.command,
-            ended.returncode,
-            ended.log.count("\n"),
-            ended.log[-300:] if ended.returncode < 0 else "",
-            flush=True,
-        )
         assert "Traceback" not in ended.log, ended.log[-3000:]
         return ended
 
@@ -436,3 +428,18 @@ def test_a_runs_life_keeps_its_promises_whatever_the_order_of_its_commands(tmp_p
         lambda: RunLife(tmp_path_factory.mktemp("life")),
         settings=settings(fuzz_settings(examples=2), stateful_step_count=5),
     )
+
+
+# Sequences the machine found, replayed
+
+
+@pytest.mark.slow
+def test_a_finished_run_resumed_and_stopped_part_way_is_no_finished_run(tmp_path):
+    """Its record said "finished" at the old budget, so train.py skipped the interrupted run."""
+    life = RunLife(tmp_path)
+    life.first_training(max_steps=4)
+    life.stopped_training(more=5, resume=True, stop=("SIGINT", "checkpoint"))
+    life.finished_only_by_a_training_at_its_budget()
+    assert not is_finished(life.run) and max(life.steps()) > 4
+    life.training_command(more=0, resume=False, new_data=False)  # resumed, not skipped
+    assert read_metrics(life.run)["steps"] == 9

@@ -185,6 +185,14 @@ def is_finished(run_dir: str | Path) -> bool:
     return bool(finished_record(read_metrics(run_dir)))
 
 
+def reopen(run_dir: str | Path) -> None:
+    """A finished run trained further (resumed with a larger budget) is finished again only by
+    this training's end: until then its record says `"finished": false`, so that a stop part-way
+    leaves an interrupted run, which the training command run again resumes, not skips."""
+    if is_finished(run_dir):
+        update_metrics(run_dir, lambda metrics: metrics | {FINISHED_KEY: False})
+
+
 def finished_record(metrics: dict | None) -> dict | None:
     """A metrics.json record in today's format if training finished it, else None."""
     record = upgraded_metrics(metrics) if metrics is not None else None

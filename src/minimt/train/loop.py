@@ -28,7 +28,13 @@ from minimt.encoding_choice import SidePositions
 from minimt.errors import MinimtError
 from minimt.locks import writing
 from minimt.provenance import record_start, session
-from minimt.rundir import check_tokenizers, keep_tokenizers, read_metrics, tokenizer_digest
+from minimt.rundir import (
+    check_tokenizers,
+    keep_tokenizers,
+    read_metrics,
+    reopen,
+    tokenizer_digest,
+)
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.signals import StopRequest
 from minimt.train.distributed import Distributed
@@ -275,7 +281,8 @@ def set_up(
     """Seeds, threads and device; the checkpoint of cfg.resume, checked against cfg; the data
     (rank 0 first: it writes the caches; run_data) and the run's tokenizers kept; the model
     (its encodings: `positions`, as validate_config read them), optimizer and loss; the state,
-    new or resumed from cfg.resume; the translator; `run_dir`, where the run writes."""
+    new or resumed from cfg.resume; the translator; `run_dir`, where the run writes, a finished
+    record there reopened (minimt.rundir.reopen)."""
     trainer = cfg.trainer
     seed_everything(trainer.seed)
     set_num_threads(job_num_threads(trainer.num_threads))
@@ -306,6 +313,7 @@ def set_up(
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
     translator.check_beams([cfg.decoding.test_beam], key="decoding.test_beam")
     if dist.is_main:
+        reopen(run_dir)  # every check passed: the run trains from here
         log_start(training, device, trainer, dist.world_size)
     return Setup(data, training, state, translator, device, run_dir)
 
