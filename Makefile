@@ -34,7 +34,7 @@ test-fast: setup
 # The fuzz suites with 20 times the cases of `make test`, freshly drawn on every run.
 fuzz: setup
 	MINIMT_FUZZ=long $(PY) -m pytest -q tests/test_fuzz_inputs.py tests/test_fuzz_config.py \
-		tests/faults/*_fuzz.py
+		tests/faults/*_fuzz.py tests/test_run_life_machine.py
 
 lint: setup
 	$(PY) -m ruff check src scripts tests
