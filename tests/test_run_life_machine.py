@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,16 +54,14 @@ SKIPPED = "skipped: "
 DONE = "run directory: "
 
 
+@dataclass
 class Ended:
     """A command that ended: its exit status and output."""
 
-    def __init__(self, command: str, returncode: int, stdout: str, stderr: str):
-        self.command, self.returncode, self.stdout, self.stderr = (
-            command,
-            returncode,
-            stdout,
-            stderr,
-        )
+    command: str
+    returncode: int
+    stdout: str
+    stderr: str
 
     @property
     def log(self) -> str:
