@@ -46,6 +46,7 @@ def test_the_model_asks_the_encoding_what_it_does(path):
     assert torch.isfinite(model(src, src)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(KINDS))
 def test_an_outside_encoding_trains_and_shows_in_the_views(path, multi30k_dir, tmp_path):
     cfg = compose_config(

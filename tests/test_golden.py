@@ -203,6 +203,7 @@ def test_golden_as_names_the_recorded_machine_to_match_exactly(monkeypatch):
         expected_values("smoke")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_training_matches_the_golden_run(name, multi30k_dir, golden_dir):
     exact, how, expected = expected_values(name)

@@ -207,6 +207,7 @@ def test_the_configured_training_step_never_waits_for_the_gpu(pe, device):
     assert all(bool(applied) and torch.isfinite(loss) for loss, _, applied in results)
 
 
+@pytest.mark.slow
 @DEVICES
 def test_compiled_steps_match_eager_steps(device, monkeypatch):
     """trainer.compile: the loss compiled with dynamic shapes takes the steps of the eager loss

@@ -85,6 +85,7 @@ def test_an_old_run_evaluates_and_averages(old_run, capsys):
     evaluate([f"run={old_run}", "checkpoint=averaged", f"src={TOY}/test.de", "beam=1"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old_run", FORMATS, indirect=True)
 def test_an_old_run_resumes_for_a_few_updates_and_saves_todays_format(old_run, caplog):
     record = built(old_run.name)

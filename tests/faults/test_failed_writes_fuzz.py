@@ -4,6 +4,7 @@ cached file half-written."""
 
 import os
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ from tests.faults.inject import (
 from tests.helpers import fuzz_settings
 
 
+@pytest.mark.slow
 @fuzz_settings(examples=5)
 @given(
     point=st.sampled_from(["sendfile", "replace", "write"]),

@@ -15,6 +15,7 @@ from tests.helpers import (
 )
 
 
+@pytest.mark.slow
 @fuzz_settings(examples=5)
 @given(
     pe=st.sampled_from(["sinusoidal", "learned"]),

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +36,7 @@ from tests.helpers import (
 )
 
 
+@pytest.mark.slow
 @fuzz_settings(examples=5)
 @given(
     point=st.sampled_from(["open", "replace", "copyfile", "bpe_line"]),
@@ -78,6 +80,7 @@ def test_a_script_with_a_signal_at_a_hook_point_stops_in_one_line(
     assert leftovers(work) == [] and leftovers(trained) == []
 
 
+@pytest.mark.slow
 @fuzz_settings(examples=2)
 @given(
     line=st.integers(1, 40),
