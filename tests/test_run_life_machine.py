@@ -425,7 +425,7 @@ class RunLife(RuleBasedStateMachine):
 def test_a_runs_life_keeps_its_promises_whatever_the_order_of_its_commands(tmp_path_factory):
     run_state_machine_as_test(
         lambda: RunLife(tmp_path_factory.mktemp("life")),
-        settings=settings(fuzz_settings(examples=2), stateful_step_count=5),
+        settings=settings(fuzz_settings(examples=2), stateful_step_count=4),
     )
 
 
