@@ -65,7 +65,7 @@ FORMATS = {
     # pe.encoder/decoder take import paths and *_options: a87c6ce follows 1f4a1af, which began
     # the format but whose scripts/train.py fails to import (POSITIONAL_ENCODINGS had moved)
     16: "a87c6ce",
-    17: "ce8f451",  # +resume_new_data; "finished" in metrics.json, TrainState.corpus
+    17: "732f5d8",  # +resume_new_data; "finished" in metrics.json, TrainState.corpus
 }
 
 # The tiny run, which every commit's configs accept: small enough that all the formats' runs
