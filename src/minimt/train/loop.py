@@ -57,9 +57,9 @@ from minimt.train.state import (
     Clock,
     Resumed,
     TrainState,
+    agree_to_stop,
     check_corpus,
     load_resumed,
-    patience_reached,
     resume_training,
     save_training_checkpoint,
     step_batches,
@@ -327,40 +327,6 @@ def run_data(cfg: DictConfig, resumed: Resumed | None) -> RunData:
     tokenizers = TokenizerPair.load(run_dir_of(resumed.path))
     check_tokenizers(tokenizers, resumed.saved, resumed.path)
     return prepare_data(cfg, tokenizers)
-
-
-def agree_to_stop(
-    stop: StopRequest,
-    clock: Clock,
-    state: TrainState,
-    trainer: DictConfig,
-    dist: Distributed,
-    local_tokens: int,
-    device: torch.device,
-) -> tuple[float, tuple[str, bool] | None]:
-    """Before a step, every process at once: the step's target tokens over all processes, and
-    why to stop (with whether a signal asked for it), or None. A signal or trainer.max_minutes
-    on any process stops all; rank 0's validations alone decide patience."""
-    if state.step >= trainer.max_steps:  # every process has taken as many steps
-        return 0.0, ("trainer.max_steps reached", False)
-    late = clock.elapsed() >= trainer.max_minutes * 60
-    converged = (
-        patience_reached(state.val_history, trainer.patience, trainer.min_delta)
-        if dist.is_main
-        else None
-    )
-    tokens, signalled, late, stop_early = dist.sum(
-        [local_tokens, stop.signal is not None, late, converged is not None], device
-    )
-    if signalled or late:
-        signal_name = stop.signal or "a signal to another process"
-        return tokens, (
-            signal_name if signalled else "trainer.max_minutes reached",
-            bool(signalled),
-        )
-    if stop_early:
-        return tokens, (converged or "trainer.patience reached (rank 0's validations)", False)
-    return tokens, None
 
 
 def settle(

@@ -32,6 +32,7 @@ from minimt.data.tokenized import BatchedPairs
 from minimt.errors import with_hint
 from minimt.migrations import FORMAT_KEY, RUN_FORMAT, changes_since
 from minimt.model.transformer import Transformer
+from minimt.signals import StopRequest
 from minimt.train.distributed import Distributed
 from minimt.train.step import Training
 
@@ -295,3 +296,37 @@ def resume_training(
         torch.manual_seed(cfg.trainer.seed * 1000 + dist.rank + state.step)
     log.info("resumed from %s at step %d (epoch %d)", path, state.step, state.epoch + 1)
     return state
+
+
+def agree_to_stop(
+    stop: StopRequest,
+    clock: Clock,
+    state: TrainState,
+    trainer: DictConfig,
+    dist: Distributed,
+    local_tokens: int,
+    device: torch.device,
+) -> tuple[float, tuple[str, bool] | None]:
+    """Before a step, every process at once: the step's target tokens over all processes, and
+    why to stop (with whether a signal asked for it), or None. A signal or trainer.max_minutes
+    on any process stops all; rank 0's validations alone decide patience."""
+    if state.step >= trainer.max_steps:  # every process has taken as many steps
+        return 0.0, ("trainer.max_steps reached", False)
+    late = clock.elapsed() >= trainer.max_minutes * 60
+    converged = (
+        patience_reached(state.val_history, trainer.patience, trainer.min_delta)
+        if dist.is_main
+        else None
+    )
+    tokens, signalled, late, stop_early = dist.sum(
+        [local_tokens, stop.signal is not None, late, converged is not None], device
+    )
+    if signalled or late:
+        signal_name = stop.signal or "a signal to another process"
+        return tokens, (
+            signal_name if signalled else "trainer.max_minutes reached",
+            bool(signalled),
+        )
+    if stop_early:
+        return tokens, (converged or "trainer.patience reached (rank 0's validations)", False)
+    return tokens, None
