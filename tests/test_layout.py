@@ -95,6 +95,12 @@ def test_the_embedding_loads_without_datasets_or_pyarrow():
     assert done.stdout.split() == ["False", "False"]
 
 
+def test_training_and_its_study_hooks_load_without_matplotlib():
+    code = "import sys, minimt.train.loop, minimt.study.views; print('matplotlib' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False"]  # it loads when a view is first drawn
+
+
 @pytest.mark.slow
 def test_a_run_without_hooks_has_no_study_outputs(multi30k_dir, tmp_path):
     cfg = compose_config(

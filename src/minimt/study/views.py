@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
 from omegaconf import DictConfig
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from tokenizers import Tokenizer
@@ -26,8 +26,10 @@ from minimt.encoding_choice import EncodingChoice
 from minimt.model.positions import BUILT_IN_ENCODINGS
 from minimt.model.transformer import MultiHeadAttention, Transformer
 from minimt.pe_section import encoding_choices
-from minimt.study.plots import FIGURE_DPI
 from minimt.train.evaluation import Hook, RunContext
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ATTENTION_SENTENCES = 4  # fixed validation sentences whose cross-attention each validation draws
 
@@ -307,6 +309,11 @@ def heatmap(
     a tick label per cell with `ticks`: a few inches wide with 9-10 pt text, legible when
     TensorBoard fits it into its card; with ticks 0.2 inch per cell, room for an 8 pt label, and
     at least 4.6 inches: room for a title line of about 60 characters."""
+    # matplotlib loads here, when a view is first drawn: a run without views never waits for it
+    from matplotlib.figure import Figure
+
+    from minimt.study.plots import FIGURE_DPI
+
     rows, cols = values.shape
     size = (max(4.6, 2.2 + 0.2 * cols), 1.4 + 0.2 * rows) if ticks else (4.2, 3.2)
     figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
