@@ -1,8 +1,10 @@
 """The figures of a group-sequential plan: its boundaries, and what it shows how often.
 
     python scripts/sequential_plan.py question=Q8 sd=0.9
+    python scripts/sequential_plan.py plan=my_configs/plan/my_question.yaml question=Q1
 
-For the plan's family (minimt.study.questions.PLAN) this prints, as markdown tables:
+For the group-sequential family of `question` in the plan file `plan` (default: the plan of
+experiment=study_cpu, configs/plan/study_cpu.yaml) this prints, as markdown tables:
 - the paired-t boundaries at each look for each level a hypothesis can hold under Holm's
   graphical procedure (alpha/m, ..., alpha): two-sided for a difference, each side of TOST for
   equivalence, with the z boundaries of the same spending for comparison;
@@ -12,11 +14,12 @@ For the plan's family (minimt.study.questions.PLAN) this prints, as markdown tab
 """
 
 import sys
+from pathlib import Path
 
 from minimt.cli import one_line_errors, parse_args
 from minimt.errors import NotFound
 from minimt.rules import positive_int, positive_number
-from minimt.study.questions import PLAN, Family
+from minimt.study.plan import Family, load_plan
 from minimt.study.sequential import (
     DIFFERENCE,
     EQUIVALENCE,
@@ -25,17 +28,26 @@ from minimt.study.sequential import (
     z_boundaries,
 )
 
-DEFAULTS = {"question": "Q8", "sd": 0.9, "margin": 1.0, "draws": 200_000, "seed": 1}
+PLAN = Path(__file__).resolve().parents[1] / "configs" / "plan" / "study_cpu.yaml"
+DEFAULTS = {
+    "plan": str(PLAN),
+    "question": "Q8",
+    "sd": 0.9,
+    "margin": 1.0,
+    "draws": 200_000,
+    "seed": 1,
+}
 RULES = {"sd": positive_number, "margin": positive_number, "draws": positive_int}
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 SCENARIOS = ((0.0, 0.0, 0.0), (0.5, 0.5, 0.5), (-1.0, -1.0, -1.0), (-1.5, -1.5, -1.5))
 
 
-def sequential_family(question: str) -> Family:
-    found = [family for family in PLAN if family.question == question and family.looks]
+def sequential_family(plan: Path, question: str) -> Family:
+    families = load_plan(plan).families
+    found = [family for family in families if family.question == question and family.looks]
     if not found:
-        with_looks = ", ".join(f.question for f in PLAN if f.looks) or "none"
-        raise NotFound(f"question={question}: no family of the plan has looks ({with_looks})")
+        with_looks = ", ".join(f.question for f in families if f.looks) or "none"
+        raise NotFound(f"question={question}: no family of {plan} has looks ({with_looks})")
     return found[0]
 
 
@@ -84,7 +96,7 @@ def power_table(family: Family, sd: float, margin: float, draws: int, seed: int)
 @one_line_errors
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE, RULES)
-    family = sequential_family(args.question)
+    family = sequential_family(Path(args.plan), args.question)
     print(
         f"{family.question}: looks at {', '.join(map(str, family.looks))} seeds, "
         f"alpha {family.alpha} per claim type over {len(family.tests)} comparisons\n"

@@ -27,9 +27,11 @@ from minimt.data.batching import Batch, flat, flat_batch
 from minimt.migrations import FORMAT_KEY, RUN_FORMAT
 from minimt.model.positions import as_factory
 from minimt.model.transformer import Transformer
+from minimt.study.plan import load_plans
 from minimt.study.runs import load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
+PLANS = load_plans(REPO / "configs" / "plan")  # the study's plan files
 OLD_RUNS = REPO / "tests" / "data" / "old_runs"  # a frozen run of every run format
 
 

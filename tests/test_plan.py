@@ -14,11 +14,10 @@ from omegaconf import OmegaConf
 
 from minimt.config import build_model
 from minimt.rundir import DamagedRecord
-from minimt.study.answers import answer_questions
-from minimt.study.questions import OTHER_ARMS, PLAN
+from minimt.study.answers import OTHER_ARMS, answer_questions
 from minimt.study.runs import Run, init_ratio
 from minimt.study.significance import Rules, holm, paired_difference
-from tests.helpers import compose_config
+from tests.helpers import PLANS, compose_config
 
 TEST_SET = "test_2016_flickr"
 
@@ -59,7 +58,7 @@ def answers_of(runs: list[Run]) -> list:
     groups = defaultdict(list)
     for r in runs:
         groups[r.configuration].append(r)
-    return answer_questions(groups, TEST_SET, Rules())
+    return answer_questions(groups, TEST_SET, Rules(), plans=PLANS)
 
 
 def family(question: str, look: int, runs: list[Run]):
@@ -111,7 +110,7 @@ def test_the_interaction_is_the_per_seed_difference_of_differences_on_new_seeds_
 def test_runs_of_another_protocol_never_enter_the_plan():
     runs = [run("full_sinusoidal", s, 39, experiment="study") for s in (1, 2, 3)]
     answers = answers_of(runs)
-    assert answers and all(a.family not in PLAN for a in answers)
+    assert answers and all(a.family not in PLANS.families_of("study_cpu") for a in answers)
 
 
 def test_experiment_study_keeps_seeds_1_3_exploratory_and_tests_its_plan_on_new_seeds():

@@ -4,11 +4,14 @@ experiment config, precision and kind of device it trained with."""
 import pytest
 
 from minimt.data.length_split import POOLED_LONG
-from minimt.study.questions import FIRST, PLAN, QUESTIONS, Contrast, Interaction
+from minimt.study.plan import Contrast, Interaction
 from minimt.study.runs import DECLARED, Protocol, protocol_of
-from tests.helpers import REPO
+from tests.helpers import PLANS, REPO
 
 ARMS = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
+QUESTIONS = PLANS.families_of("a protocol no plan names")
+PLAN = PLANS.families_of("study_cpu")
+FIRST = (1, 2, 3)  # the seeds of study_cpu's first round
 
 
 def test_every_compared_configuration_is_an_arm_of_the_sweeps():

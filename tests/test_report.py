@@ -13,7 +13,7 @@ from minimt.study.report import ReportError, build_report, ratio_points, write_r
 from minimt.study.significance import holm
 from scripts.collect_runs import collect_runs
 from scripts.report import main
-from tests.helpers import LONG_SETS, TEST_BLEU, TEST_CHRF, write_run
+from tests.helpers import LONG_SETS, PLANS, TEST_BLEU, TEST_CHRF, write_run
 
 TOY_TITLE = "experiment=toy, fp32 on cpu"
 
@@ -43,7 +43,7 @@ def build_markdown(report) -> str:
 
 
 def test_rows_are_configurations_with_means_and_stds_over_seeds(sweep):
-    report = build_report(sweep, None)
+    report = build_report(sweep, None, plans=PLANS)
     rows = by_name(report)
     assert list(rows) == list(TEST_BLEU)  # in the order the questions name the arms
     assert report.test_set == "test"
@@ -73,7 +73,7 @@ def test_rows_are_configurations_with_means_and_stds_over_seeds(sweep):
 
 
 def test_verdicts_of_the_declared_questions(sweep):
-    report = build_report(sweep, None)
+    report = build_report(sweep, None, plans=PLANS)
     [baseline] = csv_rows(report, "full_sinusoidal")
     assert baseline.get("verdict") is None and baseline.get("difference") is None
     [learned] = csv_rows(report, "full_learned")
@@ -94,7 +94,7 @@ def test_verdicts_of_the_declared_questions(sweep):
 
 
 def test_holm_runs_within_each_question(sweep):
-    report = build_report(sweep, None)
+    report = build_report(sweep, None, plans=PLANS)
     comparisons = [c for a in report.answers for c in a.comparisons]
     pairs = {(c.system.name, c.reference.name, c.test_set) for c in comparisons}
     split_vs_control = {("length_sinusoidal", "control_sinusoidal", n) for n in LONG_SETS}
@@ -129,7 +129,7 @@ def test_holm_runs_within_each_question(sweep):
 
 
 def test_long_test_sets_and_settings_are_reported(sweep):
-    text = build_markdown(build_report(sweep, None))
+    text = build_markdown(build_report(sweep, None, plans=PLANS))
     assert "| length_learned | long_21-25 | 25.75 ± 2.47 | 52.00 | 0.900 | 25.0% |" in text
     assert "| length_learned vs length_sinusoidal | long_21-25 |" in text
     assert "| toy_fp32_cpu | control_sinusoidal | 1 2 | 26.00 26.50 |" in text
@@ -138,7 +138,7 @@ def test_long_test_sets_and_settings_are_reported(sweep):
 
 
 def test_the_ratio_plot_has_each_full_data_configuration_by_encoding(sweep):
-    report = build_report(sweep, None)
+    report = build_report(sweep, None, plans=PLANS)
     points = ratio_points({c.name: runs for c, runs in report.groups.items()}, "test")
     # scaled tokens (RMS 1) over the learned table's std 0.02; rope adds nothing; the length split
     # and its control train on other data
@@ -168,7 +168,7 @@ def test_report_csv_has_a_row_per_comparison_and_per_uncompared_configuration(sw
     main([f"sweep={sweep}", "test_set=test"])
     with open(sweep / "report.csv") as file:
         rows = list(csv.DictReader(file))
-    report = build_report(sweep, "test")
+    report = build_report(sweep, "test", plans=PLANS)
     comparisons = [c for a in report.answers for c in a.comparisons]
     assert len(rows) == len(comparisons) + 2 >= len(TEST_BLEU)
     pairs = [(row["configuration"], row["comparison"], row["test_set"]) for row in rows]
@@ -204,7 +204,7 @@ def test_collected_runs_give_the_same_table_one_directory_up(sweep, tmp_path):
 def test_without_the_reference_there_is_no_verdict(sweep):
     for seed in (1, 2, 3):
         (sweep / "full_sinusoidal" / f"seed{seed}" / "metrics.json").unlink()
-    report = build_report(sweep / "full_learned", None)
+    report = build_report(sweep / "full_learned", None, plans=PLANS)
     assert [row.get("verdict") for row in report.csv_rows] == [None]
     text = build_markdown(report)
     assert "test_2016_flickr)?** (experiment=toy, fp32 on cpu) Not run." in text
@@ -220,7 +220,7 @@ def test_nothing_to_report_is_one_line_and_exit_1(tmp_path, capsys, where):
     message = str(stop.value.code)
     assert message.startswith("error: ") and "\n" not in message
     with pytest.raises(ReportError):
-        build_report(tmp_path / "missing", "test")
+        build_report(tmp_path / "missing", "test", plans=PLANS)
 
 
 CPU = {"experiment": "study_cpu", "precision": "fp32", "device": "cpu"}  # the planned protocol
@@ -236,7 +236,7 @@ def add_cpu_runs(sweep, arms: tuple[str, ...], seeds: tuple[int, ...]) -> None:
 
 def test_runs_of_two_protocols_are_never_paired(sweep):
     add_cpu_runs(sweep, ("full_sinusoidal", "full_learned", "full_rope"), seeds=(1, 2, 3))
-    report = build_report(sweep, None)
+    report = build_report(sweep, None, plans=PLANS)
     for answer in report.answers:
         for c in answer.comparisons:
             assert c.system.protocol == c.reference.protocol == answer.protocol
@@ -258,7 +258,7 @@ def test_runs_of_two_protocols_are_never_paired(sweep):
 
 def test_a_planned_family_waits_for_all_its_seeds(sweep):
     add_cpu_runs(sweep, ("full_sinusoidal", "full_learned"), seeds=(1, 2))
-    report = build_report(sweep, None)
+    report = build_report(sweep, None, plans=PLANS)
     [q1] = [
         a for a in report.answers if a.protocol.name == "study_cpu" and a.family.question == "Q1"
     ]
@@ -286,7 +286,7 @@ def test_each_answer_says_how_many_of_its_runs_stopped_at_a_cap(sweep):
         metrics = json.loads(path.read_text())
         metrics["stop_reason"] = f"trainer.{cap} reached"
         path.write_text(json.dumps(metrics))
-    text = build_markdown(build_report(sweep, None))
+    text = build_markdown(build_report(sweep, None, plans=PLANS))
     q1 = next(line for line in text.splitlines() if line.startswith("**Q1."))
     assert q1.endswith("None of the 9 runs this family rests on stopped at a cap.")
     q5 = next(line for line in text.splitlines() if line.startswith("**Q5."))
@@ -301,7 +301,7 @@ def test_a_protocol_planned_after_its_data_has_exploratory_verdicts(tmp_path):
     for arm in ("full_sinusoidal", "full_learned", "full_rope"):
         for seed in (1, 2, 3):
             write_run(tmp_path / "sweep" / arm / f"seed{seed}", arm, seed, study)
-    report = build_report(tmp_path / "sweep", None)
+    report = build_report(tmp_path / "sweep", None, plans=PLANS)
     unplanned = {a.exploratory for a in report.answers if not a.family.planned}
     assert unplanned == {"plan written after the data"}
     assert not any(a.exploratory for a in report.answers if a.family.planned)
@@ -321,7 +321,7 @@ def test_an_arm_no_question_covers_is_compared_on_all_its_paired_seeds_naming_th
     for arm, scores in bleu.items():
         for seed, score in enumerate(scores, start=1):
             write_run(tmp_path / "sweep" / arm / f"seed{seed}", arm, seed, study, score)
-    report = build_report(tmp_path / "sweep", None)
+    report = build_report(tmp_path / "sweep", None, plans=PLANS)
     (other,) = [a for a in report.answers if a.family.question == "Other arms"]
     (comparison,) = other.tested
     assert comparison.seeds == [1, 2, 3, 4]  # not only the seeds the study's questions saw (1-3)
@@ -367,7 +367,7 @@ def test_a_group_sequential_family_stops_arms_at_their_look_and_gives_the_next_c
             spread = {"length_sinusoidal": 0.0, "length_rms_learned": 3.0}.get(arm, 1.0)
             bleu[arm, seed] = 25.0 + delta + spread * NOISE[(k + len(arm)) % 8]
     write_q8_runs(tmp_path / "sweep", bleu)
-    report = build_report(tmp_path / "sweep", None)
+    report = build_report(tmp_path / "sweep", None, plans=PLANS)
     (q8,) = [a for a in report.answers if a.family.question == "Q8"]
     assert q8.looks_analysed == 2
     verdicts = {c.test.system: c.verdict for c in q8.tested}
@@ -391,7 +391,7 @@ def test_a_group_sequential_family_between_looks_reports_its_last_look_on_that_l
     seeds_of = {arm: range(21, 25) for arm in Q8_ARMS}
     seeds_of |= {"length_sinusoidal": range(21, 29), "length_rms_learned": range(21, 29)}
     write_q8_runs(tmp_path / "sweep", q8_bleu(seeds_of))
-    report = build_report(tmp_path / "sweep", None)
+    report = build_report(tmp_path / "sweep", None, plans=PLANS)
     (q8,) = [a for a in report.answers if a.family.question == "Q8"]
     assert q8.looks_analysed == 1 and q8.look == 1
     assert {c.verdict.verdict for c in q8.tested} == {"continue"}
@@ -403,7 +403,7 @@ def test_a_group_sequential_family_between_looks_reports_its_last_look_on_that_l
 
 def test_a_group_sequential_family_before_its_first_look_gives_estimates(tmp_path):
     write_q8_runs(tmp_path / "sweep", q8_bleu({arm: range(21, 24) for arm in Q8_ARMS}))
-    report = build_report(tmp_path / "sweep", None)
+    report = build_report(tmp_path / "sweep", None, plans=PLANS)
     (q8,) = [a for a in report.answers if a.family.question == "Q8"]
     assert q8.looks_analysed == 0 and q8.look == 0
     assert all(c.verdict is None and c.seeds == [21, 22, 23] for c in q8.comparisons)

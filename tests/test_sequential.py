@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from minimt.study.questions import Q8_LOOKS
 from minimt.study.sequential import (
     DIFFERENCE,
     EQUIVALENCE,
@@ -16,6 +15,9 @@ from minimt.study.sequential import (
     t_boundaries,
     z_boundaries,
 )
+from tests.helpers import PLANS
+
+Q8_LOOKS = next(f.looks for f in PLANS.families_of("study_cpu") if f.question == "Q8")
 
 ALPHA, MARGIN, DRAWS = 0.05, 1.0, 200_000
 

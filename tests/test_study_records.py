@@ -10,14 +10,16 @@ from datetime import datetime
 
 import pytest
 
-from minimt.study.questions import PLAN, PLAN_PROTOCOL, Q8_SEEDS
 from minimt.study.runs import load_run, load_sweep
 from scripts.report import main as report
-from tests.helpers import REPO
+from tests.helpers import PLANS, REPO
 
 STUDY = REPO / "docs" / "study"
+PLAN_PROTOCOL = "study_cpu"
+PLAN = PLANS.families_of(PLAN_PROTOCOL)
 (Q7,) = next(family.tests for family in PLAN if family.question == "Q7")
 Q8 = next(family for family in PLAN if family.question == "Q8")
+Q8_SEEDS = Q8.tests[0].seeds
 TEST_SETS = {"test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"}
 
 

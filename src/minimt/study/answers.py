@@ -7,17 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.study.questions import (
-    OTHER_ARMS,
-    PLANS,
-    QUESTIONS,
-    REFERENCE,
-    WRITTEN_AFTER_THE_DATA,
-    Contrast,
-    Family,
-    Interaction,
-    against,
-)
+from minimt.study.plan import Contrast, Family, Interaction, Plans
 from minimt.study.runs import Configuration, Protocol, Run, shared_test_sets
 from minimt.study.sequential import DIFFERENCE, EQUIVALENCE, decide
 from minimt.study.significance import (
@@ -29,6 +19,9 @@ from minimt.study.significance import (
 )
 
 SECONDARY = "secondary: not tested"  # the verdict cell of a comparison on a secondary test set
+OTHER_ARMS = "Other arms"  # the family of the arms no declared question covers
+OTHER_ARMS_TITLE = "How does each arm that no declared question covers compare with the reference?"
+REFERENCE = "full_sinusoidal"  # what such an arm is compared with unless the report names another
 
 
 @dataclass
@@ -86,10 +79,7 @@ class Answer:
     @property
     def exploratory(self) -> str:
         """Why its verdicts are exploratory; "" when its plan came before its runs."""
-        if self.family.exploratory:
-            return self.family.exploratory
-        after = self.protocol.name in WRITTEN_AFTER_THE_DATA and not self.family.planned
-        return "plan written after the data" if after else ""
+        return self.family.exploratory
 
     @property
     def look(self) -> int | None:
@@ -118,7 +108,7 @@ class Answer:
         )
         arms = [self.family.tests[0].reference] + [c.test.system for c in open_]
         return (
-            f"python scripts/train.py -m {self.family.runs_with} "
+            f"python scripts/train.py -m {' '.join(self.family.overrides)} "
             f"'trainer.seed=range({first},{last + 1})' arm={','.join(arms)}"
         )
 
@@ -172,7 +162,8 @@ def other_arms(families: tuple[Family, ...], arms: list[str], reference: str) ->
     if not others or reference not in arms:
         return ()
     why = "an arm no declared question covers, compared after its runs"
-    return (Family(OTHER_ARMS, against(reference, *others), exploratory=why),)
+    tests = tuple(Contrast(arm, reference) for arm in others)
+    return (Family(OTHER_ARMS, OTHER_ARMS_TITLE, tests, exploratory=why),)
 
 
 def answer_questions(
@@ -180,20 +171,21 @@ def answer_questions(
     headline: str,
     rules: Rules,
     *,
+    plans: Plans,
     reference: str = REFERENCE,
 ) -> list[Answer]:
-    """Every family of every protocol that has runs (its plan's, or QUESTIONS, then the arms none
-    of them covers against `reference`), its comparisons judged together once it is complete."""
+    """Every family of every protocol that has runs (its plans', then the arms none of them
+    covers against `reference`), its comparisons judged together once it is complete."""
     by_arm = {(c.protocol, c.name): runs for c, runs in groups.items()}
     answers = []
     for protocol in dict.fromkeys(c.protocol for c in groups):
-        families = PLANS.get(protocol.name, QUESTIONS)
+        families = plans.families_of(protocol.name)
         arms = [c.name for c in groups if c.protocol == protocol]
         for family in families + other_arms(families, arms, reference):
             alpha = min(rules.alpha, family.alpha or rules.alpha)
             answer = Answer(protocol, family, [], [], alpha)
             # the families written after a protocol's first seeds were analysed stay on them
-            seen = WRITTEN_AFTER_THE_DATA.get(protocol.name, ()) if family in QUESTIONS else ()
+            seen = family.on_seeds
             runs_of = {
                 arm: [run for run in by_arm[(protocol, arm)] if run.seed in seen or not seen]
                 for arm in arms

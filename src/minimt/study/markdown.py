@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from minimt.data.length_split import LONG_PREFIX
 from minimt.study.answers import Answer, Comparison
-from minimt.study.questions import PLAN_PROTOCOL, PLANS, TITLES
 from minimt.study.runs import Run, long_test_sets, scores_of
 from minimt.study.significance import MAX_SEEDS, NONZERO, NOT_AFTER_HOLM, Rules, mean, mean_std
 
@@ -38,8 +37,9 @@ def report_text(report: Report, plots: Sequence[Path]) -> str:
         rules_text(report.rules, report.answers),
         verdict_tables(report.answers),
     ]
-    if any(c.protocol.name in PLANS for c in report.groups):
-        parts += ["## The plans", plan_text()]
+    names = {c.protocol.name for c in report.groups}
+    if planned := [plan.name for plan in report.plans.plans if plan.protocol in names]:
+        parts += ["## The plans", plan_text(planned)]
     parts += ["## Long test sets", long_test_text(report)]
     parts += ["## Plots", "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)]
     parts += [f"BLEU signature: `{first['signature']}`"]
@@ -83,7 +83,7 @@ def answer(a: Answer, margin: float) -> str:
     """One family in one protocol: the comparisons behind each verdict, what has not run, and
     how many of its runs stopped at a cap."""
     look = f", {look_name(a)}" if a.family.planned else ""
-    heading = f"**{a.family.question}{look}. {TITLES[a.family.question]}**"
+    heading = f"**{a.family.question}{look}. {a.family.title}**"
     marked = [f"exploratory ({a.exploratory})"] if a.exploratory else []
     context = [a.protocol.title]
     if not a.comparisons:
@@ -227,15 +227,15 @@ def verdict_tables(answers: Sequence[Answer]) -> str:
         look = f" ({look_name(a)})" if a.family.planned else ""
         size = family_size(a, " comparisons")
         heading = f"### {a.family.question}{look}, {a.protocol.title}: {size}{marked}"
-        sections.append(f"{heading}\n\n{TITLES[a.family.question]}\n\n" + table(header, rows))
+        sections.append(f"{heading}\n\n{a.family.title}\n\n" + table(header, rows))
     return "\n\n".join(sections) or "No declared comparison has runs of both sides yet."
 
 
-def plan_text() -> str:
-    """How the plan's families are read, and the magnitude plot."""
+def plan_text(planned: Sequence[str]) -> str:
+    """How the families of the plans `planned` (their names) are read, and the magnitude plot."""
     return (
-        f"`minimt.study.questions.PLANS` (docs/study.md): experiment={PLAN_PROTOCOL} from its "
-        "second round, experiment=study from seed 4, each fixed before its runs. Each family is "
+        f"The plan files {', '.join(f'{name}.yaml' for name in planned)} (configs/plan; "
+        "docs/plans.md), each family fixed before its runs. Each family is "
         "one look, tested (Holm over all its m tests) once every test has all its planned seeds; "
         "until then a row is an estimate. A group-sequential family (with looks) is tested at "
         "each look whose seeds are in, its rows on that look's seeds; the runs in since wait for "

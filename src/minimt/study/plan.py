@@ -115,19 +115,21 @@ class Plans:
 
 def load_plans(folder: Path) -> Plans:
     """Every plan file under `folder` (*.yaml, subfolders included), in the order of their
-    paths; the families a plan takes from another (written_after_the_data: plan) resolved."""
+    paths."""
     if not folder.is_dir():
         raise PlanError(f"plans={folder} is not a folder; name the folder of your plan files")
-    raw = {
-        path.relative_to(folder).with_suffix("").as_posix(): (path, read_yaml(path))
-        for path in sorted(folder.rglob("*.yaml"))
-    }
-    own = {name: families_in(path, data) for name, (path, data) in raw.items()}
-    plans = []
-    for name, (path, data) in raw.items():
-        earlier = written_after(path, data, own)
-        plans.append(Plan(name, data["protocol"], earlier + own[name]))
-    return Plans(tuple(plans))
+    return Plans(tuple(load_plan(path, folder) for path in sorted(folder.rglob("*.yaml"))))
+
+
+def load_plan(path: Path, folder: Path | None = None) -> Plan:
+    """The plan file `path`, named by its path under `folder` (default: the file's own folder,
+    where the plans it names are found)."""
+    folder = folder or path.parent
+    if not path.is_file():
+        raise PlanError(f"plan {path} is not a file; name a plan file (configs/plan/*.yaml)")
+    data = read_yaml(path)
+    families = written_after(path, data, folder) + families_in(path, data)
+    return Plan(path.relative_to(folder).with_suffix("").as_posix(), data["protocol"], families)
 
 
 def read_yaml(path: Path) -> dict:
@@ -279,7 +281,7 @@ def looks_of(
     return tuple(looks)
 
 
-def written_after(path: Path, data: dict, own: dict[str, tuple[Family, ...]]) -> tuple:
+def written_after(path: Path, data: dict, folder: Path) -> tuple[Family, ...]:
     """The families a plan takes from another plan written after this protocol's `seeds` had
     been analysed: on those seeds only, exploratory (written_after_the_data: {plan, seeds})."""
     after = data.get("written_after_the_data")
@@ -290,11 +292,13 @@ def written_after(path: Path, data: dict, own: dict[str, tuple[Family, ...]]) ->
             f"plan {path}: written_after_the_data must name a plan and the seeds analysed "
             "before it was written ({plan: questions, seeds: [1, 2, 3]})"
         )
-    if after["plan"] not in own:
-        raise PlanError(f"plan {path}: written_after_the_data.plan {after['plan']} is no plan")
+    earlier = folder / f"{after['plan']}.yaml"
+    if not earlier.is_file():
+        raise PlanError(f"plan {path}: written_after_the_data.plan: no plan file {earlier}")
     seeds = seed_list(path, "written_after_the_data.seeds", after["seeds"])
     return tuple(
-        replace(family, exploratory=WRITTEN_AFTER, on_seeds=seeds) for family in own[after["plan"]]
+        replace(family, exploratory=WRITTEN_AFTER, on_seeds=seeds)
+        for family in families_in(earlier, read_yaml(earlier))
     )
 
 

@@ -17,8 +17,8 @@ from minimt.atomic import atomic_write, write_bytes, write_text
 from minimt.data.length_split import LONG_PREFIX
 from minimt.errors import MinimtError
 from minimt.study import markdown, plots
-from minimt.study.answers import Answer, answer_questions
-from minimt.study.questions import PLANS, QUESTIONS, REFERENCE
+from minimt.study.answers import REFERENCE, Answer, answer_questions
+from minimt.study.plan import Plans
 from minimt.study.runs import (
     Configuration,
     Run,
@@ -35,13 +35,16 @@ class ReportError(MinimtError):
     """Nothing to report (not a directory, no finished runs); the message says which."""
 
 
-FAMILIES = [family for plan in (QUESTIONS, *PLANS.values()) for family in plan]
-NAMED = list(dict.fromkeys(a for f in FAMILIES for t in f.tests for a in t.arms[1::-1]))
+def arm_order(plans: Plans) -> dict[str, int]:
+    """Each arm the plans name, numbered in the order they first name it (a test's reference,
+    then its system)."""
+    named = (arm for f in plans.families for t in f.tests for arm in t.arms[1::-1])
+    return {arm: rank for rank, arm in enumerate(dict.fromkeys(named))}
 
 
-def arm_rank(name: str) -> tuple:
-    """Arms in the order the questions, then the plan, first name them; others after, by name."""
-    return (NAMED.index(name), "") if name in NAMED else (len(NAMED), name)
+def arm_rank(name: str, order: dict[str, int]) -> tuple:
+    """Arms in the order the plans first name them; others after, by name."""
+    return (order[name], "") if name in order else (len(order), name)
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Report:
     groups: dict[Configuration, list[Run]]  # by protocol, then arm; runs by seed
     answers: list[Answer]  # each family in each protocol that has runs
     skipped: list[tuple[Path, str]]
+    plans: Plans
 
     @property
     def runs(self) -> list[Run]:
@@ -84,11 +88,12 @@ def build_report(
     out_dir: str | Path | None = None,
     rules: Rules | None = None,
     *,
+    plans: Plans,
     reference: str = REFERENCE,
 ) -> Report:
-    """Every run under `sweep_dir`, the questions answered on `test_set` (None: the first run's
-    first that is not a long_* set) by `rules` (None: Rules()). The report goes to `out_dir`;
-    None: `sweep_dir`, or its parent for collected runs."""
+    """Every run under `sweep_dir`, the questions of `plans` answered on `test_set` (None: the
+    first run's first that is not a long_* set) by `rules` (None: Rules()). The report goes to
+    `out_dir`; None: `sweep_dir`, or its parent for collected runs."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise ReportError(f"{sweep_dir} is not a directory")
@@ -109,11 +114,14 @@ def build_report(
     groups = defaultdict(list)
     for run in sorted(runs, key=lambda run: run.seed):
         groups[run.configuration].append(run)
-    order = sorted(groups, key=lambda c: (c.protocol.rank, arm_rank(c.name)))
+    arms = arm_order(plans)
+    order = sorted(groups, key=lambda c: (c.protocol.rank, arm_rank(c.name, arms)))
     groups = {c: groups[c] for c in order}
     rules = rules or Rules()
-    answers = answer_questions(groups, headline, rules, reference=reference)
-    return Report(sweep_dir, Path(out_dir), headline, rules, groups, answers, sorted(skipped))
+    answers = answer_questions(groups, headline, rules, plans=plans, reference=reference)
+    return Report(
+        sweep_dir, Path(out_dir), headline, rules, groups, answers, sorted(skipped), plans
+    )
 
 
 def summary_row(c: Configuration, runs: Sequence[Run], test_set: str) -> dict:
