@@ -20,15 +20,13 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import HealthCheck, settings
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from minimt import atomic
 from minimt.data.batching import Batch, flat, flat_batch
-from minimt.migrations import FORMAT_KEY, RUN_FORMAT
 from minimt.model.positions import as_factory
 from minimt.model.transformer import Transformer
 from minimt.study.plan import load_plans
-from minimt.study.runs import load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 PLANS = load_plans(REPO / "configs" / "plan")  # the study's plan files
@@ -469,59 +467,3 @@ def write_run(
     if protocol.get("device"):
         metrics["device"] = protocol["device"]
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
-
-
-# The recipe selection's runs (tests/test_recipe_selection.py, test_recipe_confirmation.py)
-INTEL = {"vendor": "GenuineIntel", "family": 6, "model": 143, "model_name": "Intel Xeon"}
-INTEL |= {"kernels": "AVX512"}
-
-
-def write_recipe_run(
-    root,
-    dropout: float,
-    seed: int,
-    best: float,
-    averaged: float | None = None,
-    test: float = 30.0,
-    cpu: dict = INTEL,
-):
-    """A finished 30-minute run of the default config at `dropout`, as the sweep leaves it, with
-    its averaged candidate scored on validation where `averaged` is given."""
-    run_dir = root / f"dropout{dropout}" / f"seed{seed}"
-    run_dir.mkdir(parents=True)
-    config = compose_config(f"model.dropout={dropout}", f"trainer.seed={seed}")
-    metrics = {
-        FORMAT_KEY: RUN_FORMAT,
-        "config": OmegaConf.to_container(config, resolve=True),
-        "choices": {},
-        "precision": "bf16",
-        "device": "cpu",
-        "steps": 3161,
-        "best_step": 2000,
-        "stop_reason": "trainer.max_minutes reached: 30.0 minutes",
-        "best_val_bleu": best,
-        "val_history": [{"step": 2000, "bleu": best, "loss": 1.8}],
-        "provenance": {"cpu": cpu, "commit": "0123456789abcdef"},
-        "test": {"test_2016_flickr": {"bleu": test, "beam": 5}},
-    }
-    if averaged is not None:
-        steps = ["step_2800.pt", "step_2900.pt", "step_3000.pt", "step_3100.pt", "step_3161.pt"]
-        metrics["eval"] = {"val.beam1.averaged": {"bleu": averaged, "averaged_from": steps}}
-    (run_dir / "metrics.json").write_text(json.dumps(metrics))
-    return run_dir
-
-
-# seed -> dropout -> (best checkpoint's val BLEU, averaged's)
-SCORES = {
-    1: {0.1: (38.6, 38.2), 0.2: (39.4, 39.6), 0.3: (39.0, 39.1)},
-    2: {0.1: (38.2, 38.0), 0.2: (38.9, 39.3), 0.3: (39.5, 39.2)},
-    3: {0.1: (38.4, 38.1), 0.2: (39.1, 39.5), 0.3: (38.8, 38.9)},
-}
-
-
-def write_sweep(root, scores=SCORES, tests=None):
-    for seed, arms in scores.items():
-        for dropout, (best, averaged) in arms.items():
-            test = (tests or {}).get((seed, dropout), 30.0)
-            write_recipe_run(root, dropout, seed, best, averaged, test)
-    return load_sweep(root)[0]

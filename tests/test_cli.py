@@ -16,10 +16,8 @@ from minimt.errors import NotFound
 from scripts import (
     average_checkpoints,
     collect_runs,
-    confirm_recipe,
     evaluate,
     report,
-    select_recipe,
     translate,
 )
 from tests.helpers import (
@@ -182,8 +180,6 @@ SCRIPTS = [
     average_checkpoints,
     report,
     collect_runs,
-    select_recipe,
-    confirm_recipe,
 ]
 
 
