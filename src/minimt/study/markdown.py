@@ -1,53 +1,17 @@
-"""report.md: the answers, what ran, the verdict rules and tables, the plan, the long test sets."""
+"""report.md's sections: the answers, what ran, the verdict rules and tables, the plans, the long
+test sets (minimt.study.report puts them together)."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from minimt.data.length_split import LONG_PREFIX
 from minimt.study.answers import Answer, Comparison
-from minimt.study.runs import Run, long_test_sets, scores_of
+from minimt.study.runs import Configuration, Run, long_test_sets, scores_of
 from minimt.study.significance import MAX_SEEDS, NONZERO, NOT_AFTER_HOLM, Rules, mean, mean_std
 
-if TYPE_CHECKING:
-    from minimt.study.report import Report
-
 CAPS = ("max_steps", "max_minutes", "max_epochs")  # stop reasons that are caps, not convergence
-
-
-def report_text(report: Report, plots: Sequence[Path]) -> str:
-    """The whole report.md."""
-    first = report.runs[0].scores(report.test_set)
-    protocols = list(dict.fromkeys(c.protocol for c in report.groups))
-    shown = [a for a in report.answers if a.comparisons or a.protocol == protocols[0]]
-    parts = [
-        "# Embedding study",
-        f"{len(report.runs)} runs of {len(report.groups)} configurations in {len(protocols)} "
-        f"protocols (skipped: {len(report.skipped)} run directories). Headline test set "
-        f"{report.test_set}, beam {first['beam']}; mean ± sample std (n - 1) over seeds.",
-        "## Answers",
-        "\n\n".join(answer(a, report.rules.margin) for a in shown),
-        "## What ran",
-        setup_text(report),
-        configuration_table(report.rows),
-        "## Verdicts",
-        rules_text(report.rules, report.answers),
-        verdict_tables(report.answers),
-    ]
-    names = {c.protocol.name for c in report.groups}
-    if planned := [plan.name for plan in report.plans.plans if plan.protocol in names]:
-        parts += ["## The plans", plan_text(planned)]
-    parts += ["## Long test sets", long_test_text(report)]
-    parts += ["## Plots", "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)]
-    parts += [f"BLEU signature: `{first['signature']}`"]
-    if report.skipped:
-        root = report.sweep_dir
-        runs = [f"- `{p.relative_to(root).as_posix()}`: {why}" for p, why in report.skipped]
-        parts += ["## Skipped runs", "\n".join(runs)]
-    return "\n\n".join(parts) + "\n"
 
 
 def table(header: str, rows: Iterable[str]) -> str:
@@ -271,23 +235,23 @@ SETUP += "trainer.warmup_steps trainer.val_every trainer.patience trainer.min_de
 SETUP += "trainer.max_steps trainer.max_minutes"
 
 
-def setup_text(report: Report) -> str:
+def setup_text(groups: dict[Configuration, list[Run]]) -> str:
     """Each protocol's model and training settings: every value its runs used, "/" between."""
     lines = []
-    for protocol in dict.fromkeys(c.protocol for c in report.groups):
-        runs = [run for run in report.runs if run.configuration.protocol == protocol]
+    for protocol in dict.fromkeys(c.protocol for c in groups):
+        runs = [run for c, found in groups.items() if c.protocol == protocol for run in found]
         used = {k: dict.fromkeys(str(run.setting(k)) for run in runs) for k in SETUP.split()}
         values = " ".join(f"{k}={'/'.join(v)}" for k, v in used.items())
         lines.append(f"- {protocol.title}: {values}")
     return "\n".join(lines)
 
 
-def long_test_text(report: Report) -> str:
+def long_test_text(groups: dict[Configuration, list[Run]], headline: str) -> str:
     """Per configuration with long test sets: its scores on the headline and each of them."""
     rows = []
-    for c, runs in report.groups.items():
+    for c, runs in groups.items():
         sets = long_test_sets(runs)
-        for name in [report.test_set, *sets] if sets else []:
+        for name in [headline, *sets] if sets else []:
             bleu = mean_std_cell(*mean_std(scores_of(runs, name, "bleu")))
             keys = ("chrf", "length_ratio", "early_stop_share")
             chrf, ratio, early = (mean(scores_of(runs, name, key)) for key in keys)

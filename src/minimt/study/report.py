@@ -168,8 +168,40 @@ def write_report(report: Report) -> list[Path]:
         plots = [out / plot.name for plot in save_plots(replace(report, out_dir=Path(drawn)))]
         for plot in plots:
             write_bytes(plot, (Path(drawn) / plot.name).read_bytes())
-    write_text(out / "report.md", markdown.report_text(report, plots))
+    write_text(out / "report.md", report_markdown(report, plots))
     return [out / "report.md", out / "report.csv", *plots]
+
+
+def report_markdown(report: Report, plots: Sequence[Path]) -> str:
+    """The whole report.md."""
+    first = report.runs[0].scores(report.test_set)
+    protocols = list(dict.fromkeys(c.protocol for c in report.groups))
+    shown = [a for a in report.answers if a.comparisons or a.protocol == protocols[0]]
+    parts = [
+        "# Embedding study",
+        f"{len(report.runs)} runs of {len(report.groups)} configurations in {len(protocols)} "
+        f"protocols (skipped: {len(report.skipped)} run directories). Headline test set "
+        f"{report.test_set}, beam {first['beam']}; mean ± sample std (n - 1) over seeds.",
+        "## Answers",
+        "\n\n".join(markdown.answer(a, report.rules.margin) for a in shown),
+        "## What ran",
+        markdown.setup_text(report.groups),
+        markdown.configuration_table(report.rows),
+        "## Verdicts",
+        markdown.rules_text(report.rules, report.answers),
+        markdown.verdict_tables(report.answers),
+    ]
+    names = {c.protocol.name for c in report.groups}
+    if planned := [plan.name for plan in report.plans.plans if plan.protocol in names]:
+        parts += ["## The plans", markdown.plan_text(planned)]
+    parts += ["## Long test sets", markdown.long_test_text(report.groups, report.test_set)]
+    parts += ["## Plots", "\n\n".join(f"![{p.stem}]({p.name})" for p in plots)]
+    parts += [f"BLEU signature: `{first['signature']}`"]
+    if report.skipped:
+        root = report.sweep_dir
+        runs = [f"- `{p.relative_to(root).as_posix()}`: {why}" for p, why in report.skipped]
+        parts += ["## Skipped runs", "\n".join(runs)]
+    return "\n\n".join(parts) + "\n"
 
 
 def save_plots(report: Report) -> list[Path]:
