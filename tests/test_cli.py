@@ -18,6 +18,7 @@ from scripts import (
     collect_runs,
     evaluate,
     report,
+    study,
     translate,
 )
 from tests.helpers import (
@@ -180,6 +181,7 @@ SCRIPTS = [
     average_checkpoints,
     report,
     collect_runs,
+    study,
 ]
 
 

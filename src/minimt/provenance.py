@@ -3,6 +3,9 @@ kernel set torch runs on it, or its GPU), the environment variables that change 
 its threads, the source commit and UTC wall-clock times (metrics.json "provenance"), so that a
 reader can tell runs of two machines apart and check that a plan preceded the runs it governs.
 
+A run started by a plan (scripts/study.py) carries the plan's hash in each of its sessions, from
+the PLAN_VARIABLE the plan runner sets for the runs it starts.
+
 Every start of a run, and every resume, is also appended to the run directory's starts.json, so
 that a start restarted from update 0 in the same directory stays on record."""
 
@@ -29,6 +32,7 @@ STARTS_FILE = "starts.json"
 # one of them need not match bit for bit.
 NUMERICS_VARIABLES = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")
 NUMERICS_PREFIXES = ("ATEN_", "OMP_", "MKL_", "KMP_", "ONEDNN_", "DNNL_", "OPENBLAS_", "CUBLAS_")
+PLAN_VARIABLE = "MINIMT_PLAN"  # the hash of the plan that started the run (minimt.study.runner)
 
 
 def utc_now() -> str:
@@ -127,16 +131,18 @@ def session(device: torch.device, from_step: int = 0) -> dict[str, object]:
     if device.type == "cuda":
         record["gpu"] = device_name(device)
     record |= {"cpu": cpu(), "environment": numerics_environment()}
-    return {
-        **record,
+    record |= {
         "machine": describe_machine(record),
         "torch": str(torch.__version__),
         "num_threads": torch.get_num_threads(),
         "commit": loaded_commit(),
     }
+    if plan := os.environ.get(PLAN_VARIABLE):
+        record["plan"] = plan
+    return record
 
 
-SUMMARY_KEYS = ("machine", "cpu", "gpu", "environment", "torch", "num_threads", "commit")
+SUMMARY_KEYS = ("machine", "cpu", "gpu", "environment", "torch", "num_threads", "commit", "plan")
 
 
 def provenance(sessions: list[dict[str, object]], starts: Sequence[dict] = ()) -> dict[str, object]:

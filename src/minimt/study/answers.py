@@ -95,21 +95,27 @@ class Answer:
         buckets, on each long_* set), not the secondary sets reported beside them."""
         return [c for c in self.comparisons if not c.secondary]
 
+    def next_look(self) -> tuple[list[str], tuple[int, ...]] | None:
+        """A group-sequential family's next look: the arms it runs (the reference, then each arm
+        still undecided) and its seeds, from the first; None when no look is left."""
+        looks, analysed = self.family.looks, self.looks_analysed
+        undecided = [c.test.system for c in self.tested if not decided(c)]
+        if not looks or analysed >= len(looks) or (analysed and not undecided):
+            return None
+        first = self.family.tests[0]
+        systems = undecided if analysed else [test.system for test in self.family.tests]
+        return [first.reference, *systems], first.seeds[: looks[analysed]]
+
     def next_look_command(self) -> str | None:
         """The command that runs a group-sequential family's next look: the seeds it adds, for
         the reference and every arm still undecided; None when no look is left."""
-        looks, open_ = self.family.looks, [c for c in self.tested if not decided(c)]
-        if not looks or self.looks_analysed >= len(looks) or (self.looks_analysed and not open_):
+        if (look := self.next_look()) is None:
             return None
-        seeds = self.family.tests[0].seeds
-        first, last = (
-            seeds[looks[self.looks_analysed - 1] if self.looks_analysed else 0],
-            seeds[looks[self.looks_analysed] - 1],
-        )
-        arms = [self.family.tests[0].reference] + [c.test.system for c in open_]
+        arms, seeds = look
+        first = seeds[self.family.looks[self.looks_analysed - 1] if self.looks_analysed else 0]
         return (
             f"python scripts/train.py -m {' '.join(self.family.overrides)} "
-            f"'trainer.seed=range({first},{last + 1})' arm={','.join(arms)}"
+            f"'trainer.seed=range({first},{seeds[-1] + 1})' arm={','.join(arms)}"
         )
 
     @property

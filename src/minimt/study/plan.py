@@ -128,6 +128,7 @@ def load_plan(path: Path, folder: Path | None = None) -> Plan:
     if not path.is_file():
         raise PlanError(f"plan {path} is not a file; name a plan file (configs/plan/*.yaml)")
     data = read_yaml(path)
+    check_amendment(path, data.get("amends"))
     families = written_after(path, data, folder) + families_in(path, data)
     return Plan(path.relative_to(folder).with_suffix("").as_posix(), data["protocol"], families)
 
@@ -145,7 +146,7 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-PLAN_KEYS = ("protocol", "questions", "families", "written_after_the_data")
+PLAN_KEYS = ("protocol", "questions", "families", "written_after_the_data", "amends")
 FAMILY_KEYS = ("question", "look", "alpha", "seeds", "looks", "endpoint", "overrides")
 FAMILY_KEYS += ("tests", "arms", "reference")
 TEST_KEYS = ("test", "seeds")
@@ -276,6 +277,10 @@ def looks_of(
         raise PlanError(f"plan {path}: {where}.looks must be increasing seed counts (2 or more)")
     if len(sizes) != 1 or looks[-1] != sizes.pop():
         raise PlanError(f"plan {path}: {where}.looks must end at the seeds every test has")
+    if len({getattr(test, "reference", None) for test in tests} - {None}) != 1 or not all(
+        isinstance(test, Contrast) for test in tests
+    ):
+        raise PlanError(f"plan {path}: {where} has looks, so its tests are arms vs one reference")
     if alpha is None:
         raise PlanError(f"plan {path}: {where} has looks, so it needs its alpha")
     return tuple(looks)
@@ -300,6 +305,21 @@ def written_after(path: Path, data: dict, folder: Path) -> tuple[Family, ...]:
         replace(family, exploratory=WRITTEN_AFTER, on_seeds=seeds)
         for family in families_in(earlier, read_yaml(earlier))
     )
+
+
+def check_amendment(path: Path, amends: object) -> None:
+    """`amends`: the hash of the plan's version it changes, and why."""
+    if amends is None:
+        return
+    if (
+        not isinstance(amends, dict)
+        or set(amends) != {"hash", "reason"}
+        or not all(isinstance(value, str) and value for value in amends.values())
+    ):
+        raise PlanError(
+            f"plan {path}: amends must give the hash of the version it changes and the reason "
+            "({hash: <plan.json's last hash>, reason: ...})"
+        )
 
 
 def check_keys(

@@ -98,6 +98,20 @@ def build_report(
     if not sweep_dir.is_dir():
         raise ReportError(f"{sweep_dir} is not a directory")
     found, skipped = load_sweep(sweep_dir, test_set)
+    return report_of(found, skipped, sweep_dir, test_set, out_dir, rules, plans, reference)
+
+
+def report_of(
+    found: list[Run],
+    skipped: list[tuple[Path, str]],
+    sweep_dir: Path,
+    test_set: str | None,
+    out_dir: str | Path | None,
+    rules: Rules | None,
+    plans: Plans,
+    reference: str = REFERENCE,
+) -> Report:
+    """build_report's report of the runs `found` under `sweep_dir` (`skipped`: the others)."""
     if not found:
         raise ReportError(
             f"no finished runs{f' scored on {test_set}' if test_set else ''} under {sweep_dir} "
@@ -106,7 +120,7 @@ def build_report(
     first = found[0].test_sets
     headline = test_set or ([n for n in first if not n.startswith(LONG_PREFIX)] or first)[0]
     runs = [run for run in found if headline in run.test_sets]
-    skipped += [
+    skipped = skipped + [
         (run.dir, f"metrics.json has no {headline} score") for run in found if run not in runs
     ]
     if out_dir is None:
