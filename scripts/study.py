@@ -76,7 +76,8 @@ def decision_lines(looks: list[Look]) -> list[str]:
 def look_words(family: Family, answer: Answer) -> str:
     if family.looks:
         return f"look {answer.looks_analysed} of {len(family.looks)}"
-    return f"seeds {seed_list(list(family.tests[0].seeds))}"
+    seeds = sorted({seed for test in family.tests for seed in test.seeds})
+    return f"look {family.look} (seeds {seed_list(seeds)})"
 
 
 def run_plan(args, argv: list[str]) -> None:

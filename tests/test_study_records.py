@@ -12,7 +12,7 @@ import pytest
 
 from minimt.study.runs import load_run, load_sweep
 from scripts.report import main as report
-from tests.helpers import PLANS, REPO
+from tests.helpers import PLANS, REPO, run_in_process
 
 STUDY = REPO / "docs" / "study"
 PLAN_PROTOCOL = "study_cpu"
@@ -134,3 +134,21 @@ def test_the_q7_recheck_retrained_its_run_bit_for_bit():
 
     assert scores(again) == scores(recorded) and again["test"] == recorded["test"]
     assert again["provenance"]["commit"] == recorded["provenance"]["commit"]
+
+
+def test_the_plan_runner_counts_the_collected_runs_and_gives_the_reports_verdicts(tmp_path, capsys):
+    # the plan's runs predate plan files: accepted_runs counts them; nothing is left to train
+    args = ["plan=study_cpu", f"dir={tmp_path}", "allow_dirty=true"]
+    status, out, _ = run_in_process("study.py", args, capsys)
+    assert status is None, out
+    for arm, seeds in (("full_sinusoidal", (19,)), ("length_rope", (27, 28))):
+        for seed in seeds:
+            run = STUDY / "runs" / PLAN_PROTOCOL / arm / f"seed{seed}"
+            assert f"deviation: {run.resolve()}: restarted from update 0" in out
+    report = (STUDY / "report.md").read_text()
+    assert "(21-28) | +2.59 | [+2.00, +3.18] | 1.7e-05 | - | - | - | - | **better** (stopped" in (
+        report
+    )
+    assert "length_rope vs length_sinusoidal on pooled_long: +2.59 [+2.00, +3.18]: better" in out
+    assert "sinusoid_rms_learned vs full_sinusoidal on test_2016_flickr: -0.15" in out
+    assert out.rstrip().endswith("next: done") and "missing" not in out

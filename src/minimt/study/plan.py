@@ -94,6 +94,8 @@ class Plan:
     name: str  # the file's path under its plan folder, without .yaml
     protocol: str | None
     families: tuple[Family, ...]
+    # Runs from before plans were files, counted without the plan's hash (scripts/study.py)
+    accepted_runs: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,21 @@ def load_plan(path: Path, folder: Path | None = None) -> Plan:
     data = read_yaml(path)
     check_amendment(path, data.get("amends"))
     families = written_after(path, data, folder) + families_in(path, data)
-    return Plan(path.relative_to(folder).with_suffix("").as_posix(), data["protocol"], families)
+    name = path.relative_to(folder).with_suffix("").as_posix()
+    return Plan(name, data["protocol"], families, accepted_runs_of(path, data))
+
+
+def accepted_runs_of(path: Path, data: dict) -> Path | None:
+    """The folder of the runs a plan written before its file counts without its hash (relative
+    to the plan file)."""
+    accepted = data.get("accepted_runs")
+    if accepted is None:
+        return None
+    if not isinstance(accepted, str) or not (path.parent / accepted).is_dir():
+        raise PlanError(
+            f"plan {path}: accepted_runs must be a folder of runs, relative to the plan"
+        )
+    return (path.parent / accepted).resolve()
 
 
 def read_yaml(path: Path) -> dict:
@@ -147,6 +163,7 @@ def read_yaml(path: Path) -> dict:
 
 
 PLAN_KEYS = ("protocol", "questions", "families", "written_after_the_data", "amends")
+PLAN_KEYS += ("accepted_runs",)
 FAMILY_KEYS = ("question", "look", "alpha", "seeds", "looks", "endpoint", "overrides")
 FAMILY_KEYS += ("tests", "arms", "reference")
 TEST_KEYS = ("test", "seeds")

@@ -76,7 +76,7 @@ def freeze(path: Path, study_dir: Path, allow_dirty: bool) -> dict:
 def why_not_counted(run: Run, record: dict, protocol: str | None) -> str:
     """ "" for a run this plan started, from the plan's commit, under its protocol; else why the
     run is not counted."""
-    provenance = run.metrics.get("provenance") or {}
+    provenance = run.provenance
     sessions = provenance.get("sessions") or [provenance]
     hashes = {version["hash"] for version in record["versions"]}
     if any(session.get("plan") not in hashes for session in sessions):
@@ -92,12 +92,13 @@ def why_not_counted(run: Run, record: dict, protocol: str | None) -> str:
 def deviations(run: Run, record: dict) -> list[str]:
     """What a counted run did that its plan did not foresee: a restart from update 0 of its
     seed, or a start under an earlier version of the plan."""
-    provenance = run.metrics.get("provenance") or {}
+    provenance = run.provenance
     found = []
     if discarded := provenance.get("discarded_starts"):
         found.append(f"restarted from update 0 ({len(discarded)} earlier start(s) discarded)")
     versions = [version["hash"] for version in record["versions"]]
     started = {session.get("plan") for session in provenance.get("sessions") or []}
+    started &= set(versions)  # none, for a run the plan accepts from before its file
     if earlier := sorted(versions.index(h) + 1 for h in started if h != versions[-1]):
         found.append(f"started under plan version {', '.join(map(str, earlier))}")
     return found
@@ -130,6 +131,8 @@ def look_runs(family: Family, answer: Answer | None) -> list[tuple[str, int]]:
     """(arm, seed) of each run the family's current look needs: every planned run for a family
     of one look; for a group-sequential one, its next look's (the reference and the arms still
     undecided, on the seeds up to that look)."""
+    if not family.planned:  # written after the data: answered on the runs there are
+        return []
     if not family.looks:
         return [(arm, seed) for test in family.tests for arm in test.arms for seed in test.seeds]
     if answer is None:
@@ -147,11 +150,12 @@ def survey(plan: Plan, record: dict, study_dir: Path, rules: Rules) -> list[Look
     """Each set of overrides of the plan: its counted runs and its families' answers."""
     by_overrides: dict[tuple[str, ...], list[Family]] = defaultdict(list)
     for family in plan.families:
-        if not family.planned:
+        if not family.planned and not family.exploratory:
             raise PlanError(
                 f"plan {plan.name}: {family.question} has no seeds: a plan run needs them"
             )
         by_overrides[family.overrides].append(family)
+    accepted = load_sweep(plan.accepted_runs)[0] if plan.accepted_runs else []
     looks = []
     for overrides, families in by_overrides.items():
         key = hashlib.sha256(" ".join(overrides).encode("utf-8")).hexdigest()[:8]
@@ -159,6 +163,12 @@ def survey(plan: Plan, record: dict, study_dir: Path, rules: Rules) -> list[Look
         found, skipped = load_sweep(folder) if folder.is_dir() else ([], [])
         reasons = [(run, why_not_counted(run, record, plan.protocol)) for run in found]
         counted = [run for run, why in reasons if not why]
+        named = {arm for family in families for test in family.tests for arm in test.arms}
+        counted += [
+            run
+            for run in accepted
+            if run.configuration.name in named and run.configuration.protocol.name == plan.protocol
+        ]
         not_counted = sorted(skipped + [(run.dir, why) for run, why in reasons if why])
         report, answers = None, dict.fromkeys(families)
         if counted:
