@@ -5,16 +5,19 @@ ratio of a run that did not record it is the one its config gives."""
 import copy
 import functools
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
+from scipy import stats
 
 from minimt.config import build_model
 from minimt.rundir import DamagedRecord
 from minimt.study.answers import OTHER_ARMS, answer_questions
+from minimt.study.plan import PlanError, Plans, load_plan
 from minimt.study.runs import Run, init_ratio
 from minimt.study.significance import Rules, holm, paired_difference
 from tests.helpers import PLANS, compose_config
@@ -253,3 +256,53 @@ def test_an_arm_no_question_covers_gets_an_exploratory_verdict_against_the_refer
     assert record["seeds_for_difference"] is not None and record["tost_holm_p"] is not None
     declared = [run("full_learned", s, 29, experiment="smoke") for s in seeds]
     assert not [a for a in answers_of(runs[:5] + declared) if a.family.question == OTHER_ARMS]
+
+
+def test_a_non_inferiority_family_shows_worse_by_less_than_its_margin_one_sided_under_holm(
+    tmp_path,
+):
+    plan = tmp_path / "slow.yaml"
+    plan.write_text(
+        "protocol: study_cpu\nquestions: {R1: Does the new recipe keep up on a slow machine}\n"
+        "families:\n  - question: R1\n    claims: non_inferiority\n    margin: 0.5\n"
+        "    seeds: [1, 2, 3, 4]\n    arms: [sinusoid_rms_learned, full_learned]\n"
+        "    reference: full_sinusoidal\n"
+    )
+    seeds = (1, 2, 3, 4)
+    runs = scores("full_sinusoidal", seeds, 39, 0.0)
+    runs += [run("sinusoid_rms_learned", s, 39 - 0.2 + 0.02 * (-1) ** s) for s in seeds]
+    runs += [run("full_learned", s, 39 - 0.6 + 0.02 * (-1) ** s) for s in seeds]
+    groups = defaultdict(list)
+    for r in runs:
+        groups[r.configuration].append(r)
+    plans = Plans((load_plan(plan),))
+    (answer,) = answer_questions(groups, TEST_SET, Rules(), plans=plans)
+    kept_up, fell_behind = answer.comparisons
+    p = []
+    for c in (kept_up, fell_behind):
+        d = c.difference
+        p.append(stats.t.sf((d.mean + 0.5) / (d.sd / math.sqrt(4)), 3))
+    assert kept_up.verdict.holm_p == pytest.approx(2 * min(p))  # Holm over the family's 2
+    assert kept_up.verdict.verdict == "non-inferior"
+    assert fell_behind.verdict.verdict == "inconclusive"
+    assert fell_behind.verdict.reason == "not shown worse by less than 0.5"
+
+
+def test_a_non_inferiority_family_has_one_look_and_a_positive_margin(tmp_path):
+    plan = tmp_path / "slow.yaml"
+    text = (
+        "protocol: x\nquestions: {R1: q}\nfamilies:\n  - question: R1\n"
+        "    claims: non_inferiority\n    margin: 0.5\n    seeds: [1, 2, 3, 4]\n"
+        "    arms: [a]\n    reference: b\n"
+    )
+    for change, named in (
+        (
+            ("seeds: [1, 2, 3, 4]", "seeds: [1, 2, 3, 4]\n    alpha: 0.05\n    looks: [2, 4]"),
+            "one look",
+        ),
+        (("margin: 0.5", "margin: -1"), "margin must be a positive number"),
+        (("non_inferiority", "superiority"), "claims must be"),
+    ):
+        plan.write_text(text.replace(*change))
+        with pytest.raises(PlanError, match=named):
+            load_plan(plan)

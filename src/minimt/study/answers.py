@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from minimt.data.length_split import LONG_PREFIX
-from minimt.study.plan import Contrast, Family, Interaction, Plans
+from minimt.study.plan import NON_INFERIORITY, Contrast, Family, Interaction, Plans
 from minimt.study.runs import Configuration, Protocol, Run, shared_test_sets
 from minimt.study.sequential import DIFFERENCE, EQUIVALENCE, decide
 from minimt.study.significance import (
@@ -15,6 +15,7 @@ from minimt.study.significance import (
     Rules,
     Verdict,
     family_verdicts,
+    non_inferiority_verdicts,
     paired_difference,
 )
 
@@ -200,8 +201,10 @@ def answer_questions(
             if family.looks:
                 judge_at_looks(answer, runs_of, headline, rules)
             elif answer.complete:
-                verdicts = family_verdicts(
-                    [c.difference for c in answer.tested], replace(rules, alpha=alpha)
+                judge = non_inferiority_verdicts if family.claims == NON_INFERIORITY else None
+                verdicts = (judge or family_verdicts)(
+                    [c.difference for c in answer.tested],
+                    replace(rules, alpha=alpha, margin=family.margin or rules.margin),
                 )
                 for comparison, verdict in zip(answer.tested, verdicts, strict=True):
                     comparison.verdict = verdict
@@ -247,7 +250,8 @@ def sequential_verdicts(answer: Answer, rules: Rules) -> int:
     (both claims tested), one still open gets "continue", or "inconclusive" after the last."""
     family = answer.family
     differences = [per_seed_differences(c) for c in answer.tested]
-    analysed, decisions = decide(differences, family.looks, family.alpha, rules.margin)
+    margin = family.margin or rules.margin
+    analysed, decisions = decide(differences, family.looks, family.alpha, margin)
     for c, d, seeds in zip(answer.tested, decisions, differences, strict=True):
         if not analysed:
             continue

@@ -61,6 +61,7 @@ def answer(a: Answer, margin: float) -> str:
     equivalent = f"Equivalent (±{margin:g} BLEU) to its reference"
     phrases |= {"equivalent": equivalent, "inconclusive": "Not settled"}
     phrases["continue"] = "Undecided, to the next look"
+    phrases["non-inferior"] = "Not worse than its reference by the margin or more"
     for verdict, phrase in phrases.items():
         found = [c for c in a.comparisons if c.verdict and c.verdict.verdict == verdict]
         parts += [f"{phrase}: {cite(found)}."] if found else []

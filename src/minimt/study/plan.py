@@ -18,6 +18,9 @@ from minimt.data.length_split import POOLED_LONG
 from minimt.errors import MinimtError
 
 HEADLINE, LONG_BUCKETS = "headline", "long_buckets"  # endpoints beside a named test set
+# A family's claims: a difference either way and equivalence within the margin, or that the
+# system is worse than the reference by less than the margin (one-sided)
+DIFFERENCE_AND_EQUIVALENCE, NON_INFERIORITY = "difference_and_equivalence", "non_inferiority"
 WRITTEN_AFTER = "plan written after the data"
 
 
@@ -78,8 +81,10 @@ class Family:
     # A group-sequential plan (minimt.study.sequential): the seeds in at each look, counted from
     # the first of each test's seeds; () for one look once every planned seed is in.
     looks: tuple[int, ...] = ()
-    overrides: tuple[str, ...] = ()  # a group-sequential family's train.py overrides
+    overrides: tuple[str, ...] = ()  # the train.py overrides that run its seeds
     on_seeds: tuple[int, ...] = ()  # the seeds its tests are restricted to; (): every seed
+    claims: str = DIFFERENCE_AND_EQUIVALENCE
+    margin: float | None = None  # BLEU, of equivalence or non-inferiority (None: the report's)
 
     @property
     def planned(self) -> bool:
@@ -165,7 +170,7 @@ def read_yaml(path: Path) -> dict:
 PLAN_KEYS = ("protocol", "questions", "families", "written_after_the_data", "amends")
 PLAN_KEYS += ("accepted_runs",)
 FAMILY_KEYS = ("question", "look", "alpha", "seeds", "looks", "endpoint", "overrides")
-FAMILY_KEYS += ("tests", "arms", "reference")
+FAMILY_KEYS += ("tests", "arms", "reference", "claims", "margin")
 TEST_KEYS = ("test", "seeds")
 CONTRAST = re.compile(r"^(\w+) vs (\w+)$")
 INTERACTION = re.compile(r"^\((\w+) - (\w+)\) - \((\w+) - (\w+)\)$")
@@ -210,9 +215,33 @@ def family_of(path: Path, where: str, data: object, titles: dict) -> Family:
     overrides = data.get("overrides", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise PlanError(f"plan {path}: {where}.overrides must be a list of train.py overrides")
+    claims, margin = claims_of(path, where, data, looks)
     return Family(
-        question, titles[question], tests, look, alpha, looks=looks, overrides=tuple(overrides)
+        question,
+        titles[question],
+        tests,
+        look,
+        alpha,
+        looks=looks,
+        overrides=tuple(overrides),
+        claims=claims,
+        margin=margin,
     )
+
+
+def claims_of(path: Path, where: str, data: dict, looks: tuple) -> tuple[str, float | None]:
+    """The family's claims and margin."""
+    claims = data.get("claims", DIFFERENCE_AND_EQUIVALENCE)
+    if claims not in (DIFFERENCE_AND_EQUIVALENCE, NON_INFERIORITY):
+        raise PlanError(
+            f"plan {path}: {where}.claims must be {DIFFERENCE_AND_EQUIVALENCE} or {NON_INFERIORITY}"
+        )
+    if claims == NON_INFERIORITY and looks:
+        raise PlanError(f"plan {path}: {where}: a {NON_INFERIORITY} family has one look")
+    margin = data.get("margin")
+    if margin is not None and not (isinstance(margin, int | float) and margin > 0):
+        raise PlanError(f"plan {path}: {where}.margin must be a positive number of BLEU")
+    return claims, None if margin is None else float(margin)
 
 
 def tests_of(

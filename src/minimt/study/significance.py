@@ -78,8 +78,8 @@ class Rules:
 
 @dataclass(frozen=True)
 class Verdict:
-    verdict: str  # better | worse | equivalent | inconclusive
-    holm_p: float | None  # difference = 0, Holm-adjusted within the family
+    verdict: str  # better | worse | equivalent | non-inferior | inconclusive
+    holm_p: float | None  # difference = 0 (non-inferiority: <= -margin), Holm-adjusted
     holm_tost_p: float | None  # |difference| >= margin, Holm-adjusted within the family
     detectable: float | None  # smallest |difference| these seeds detect (power, alpha / family)
     seeds_for_difference: int | None  # to detect the observed difference; None: never
@@ -95,6 +95,33 @@ def tost_p_value(difference: PairedDifference, margin: float) -> float:
     se = sd / math.sqrt(n)
     above_lower = float(stats.t.sf((mean + margin) / se, n - 1))
     return max(above_lower, float(stats.t.cdf((mean - margin) / se, n - 1)))
+
+
+def non_inferiority_p_value(difference: PairedDifference, margin: float) -> float:
+    """p of the one-sided paired t-test of mean difference <= -margin (without spread: 0 or 1)."""
+    n, mean, sd = difference.seeds, difference.mean, difference.sd
+    if sd == 0:
+        return 0.0 if mean > -margin else 1.0
+    return float(stats.t.sf((mean + margin) / (sd / math.sqrt(n)), n - 1))
+
+
+def non_inferiority_verdicts(
+    differences: Sequence[PairedDifference], rules: Rules
+) -> list[Verdict]:
+    """The verdict of every comparison of a non-inferiority family: non-inferior where the
+    one-sided test of "worse by the margin or more" is rejected at Holm p < alpha, with 3 seeds
+    or more; else inconclusive."""
+    tested = [i for i, d in enumerate(differences) if d.p_value is not None]
+    p = [non_inferiority_p_value(differences[i], rules.margin) for i in tested]
+    holm_p = dict(zip(tested, holm(p), strict=True))
+    verdicts = []
+    for i, d in enumerate(differences):
+        shown = i in holm_p and holm_p[i] < rules.alpha and d.seeds >= MIN_SEEDS
+        reason = "" if shown else f"not shown worse by less than {rules.margin:g}"
+        reason = reason if i in holm_p else "one seed: no interval"
+        name = "non-inferior" if shown else "inconclusive"
+        verdicts.append(Verdict(name, holm_p.get(i), None, None, None, None, reason))
+    return verdicts
 
 
 def pooled_sd(differences: Sequence[PairedDifference]) -> float | None:
