@@ -16,7 +16,8 @@ from minimt.provenance import PLAN_VARIABLE
 from minimt.study import runner
 from minimt.study.runner import StudyError, deviations, freeze, plan_hash, why_not_counted
 from minimt.study.runs import Run
-from tests.helpers import ENV, REPO, run_script, script_command
+from minimt.study.sequential import DIFFERENCE, boundary
+from tests.helpers import ENV, REPO, run_in_process, run_script, script_command
 
 PLUGINS = REPO / "tests" / "plugins"
 PLAN = """
@@ -174,3 +175,16 @@ def test_an_edit_is_refused_unless_it_amends_the_last_version_with_a_reason(tmp_
     plan.write_text(amended + "questions: {Q1: q}\nfamilies: []\n")
     versions = freeze(plan, tmp_path / "study", allow_dirty=True)["versions"]
     assert [v["reason"] for v in versions] == ["", "a typo"]
+
+
+def test_power_mode_prints_each_familys_boundaries_and_what_it_shows_how_often(tmp_path, capsys):
+    plan = tmp_path / "mine.yaml"
+    plan.write_text(PLAN.format(plugins=PLUGINS, data_url="unused", data_dir="unused"))
+    args = [f"plan={plan}", "power=true", "sd=0.9", "draws=2000"]
+    status, out, _ = run_in_process("study.py", args, capsys)
+    assert status is None
+    assert out.startswith("Q1 (look 1): looks at 2, 4 seeds, alpha 0.05 per claim type over 1")
+    first_look = boundary(DIFFERENCE, 0.05, (2, 4), 0)
+    assert f"| 0.05/1 | difference (t) | {first_look:.3f} |" in out
+    assert "| +0 | 0." in out and "of 8 |" in out  # no effect: how often shown, runs of 8
+    assert not (REPO / "outputs" / "studies" / "mine").exists()  # power mode freezes nothing
