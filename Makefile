@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev,cluster,tune]"
+	$(PY) -m pip install -q -e ".[dev,cluster,tune,export]"
 	touch $@
 
 train: setup

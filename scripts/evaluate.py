@@ -4,10 +4,12 @@
     python scripts/evaluate.py run=DIR split=[val,test_2016_flickr] beam=[1,5]
     python scripts/evaluate.py run=DIR src=my.de ref=my.en beam=5 out=hyp.en  # any files
     python scripts/evaluate.py run=DIR average=5             # average the last 5 checkpoints first
+    python scripts/evaluate.py run=DIR export=EXPORT beam=5  # its CTranslate2 export (export.py)
 
 Results are printed as a table, appended to RUN/metrics.json under "eval", and the translations
 written to RUN/hyps/<split>.beam<k>.<checkpoint>.txt (or `out`). `batch_tokens` (null: the run's
-trainer.batch_tokens) only changes speed.
+trainer.batch_tokens) only changes speed. With `export`, CTranslate2 decodes the run's export and
+its results are named after it (best.ctranslate2-float32, ...), beside minimt's own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from minimt.config import RULES as CONFIG_RULES
 from minimt.data.corpus import DataError, Pairs, read_lines, read_parallel
 from minimt.data.splits import load_held_out, test_set_names
 from minimt.errors import with_hint
+from minimt.export import ExportError
+from minimt.exported import ExportedTranslator
 from minimt.locks import writing
 from minimt.metrics import CorpusScores, corpus_scores
 from minimt.rules import at_least, optional, path, positive_int, positive_int_list, split_names
@@ -45,6 +49,7 @@ DEFAULTS = {
     "out": None,
     "batch_tokens": None,
     "device": "auto",
+    "export": None,
 }
 RULES = {
     "run": path,
@@ -58,6 +63,7 @@ RULES = {
     "out": optional(path),
     "batch_tokens": optional(CONFIG_RULES["trainer.batch_tokens"]),
     "device": CONFIG_RULES["trainer.device"],
+    "export": optional(path),
 }
 USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
@@ -179,13 +185,23 @@ def main(argv: list[str]) -> None:
 def evaluate_run(run: Path, args: DictConfig) -> None:
     """Translate and score what `args` ask for, the results printed and added to the run."""
     checkpoint = args.checkpoint
+    if args.export and (args.average or checkpoint != DEFAULTS["checkpoint"]):
+        raise ExportError(
+            "export= decodes the checkpoint that was exported: drop average= and checkpoint=, "
+            "or export that checkpoint (scripts/export.py checkpoint=...) and evaluate the export"
+        )
     if args.average:
         average_last_checkpoints(checkpoint_dir(run), args.average)
         checkpoint = "averaged"
     averaged_from = averaged_steps(run) if checkpoint == "averaged" else None
     translator = Translator.from_run(run, checkpoint, args.device, args.batch_tokens)
+    data = translator.config.data
+    if args.export:
+        translator = ExportedTranslator.from_export(args.export)
+        translator.check_run(run)
+        checkpoint, averaged_from = translator.checkpoint_label, None
     translator.check_beams(as_list(args.beam))
-    sets = evaluation_sets(translator.config.data, as_list(args.split), args.src, args.ref)
+    sets = evaluation_sets(data, as_list(args.split), args.src, args.ref)
 
     def hyps_path(name: str, beam: int) -> Path:
         return Path(args.out) if args.out else run / "hyps" / f"{name}.beam{beam}.{checkpoint}.txt"

@@ -2,6 +2,10 @@
 
 echo "Ein Hund rennt über die Wiese." | python scripts/translate.py run=DIR
 python scripts/translate.py run=DIR input=file.de output=file.en beam=5 checkpoint=averaged
+python scripts/translate.py run=EXPORT beam=5    # a CTranslate2 export (scripts/export.py)
+
+`run` is a run directory, or a folder written by scripts/export.py: CTranslate2 then decodes
+it, with the run's tokenizer, length caps and length penalty.
 """
 
 import sys
@@ -11,8 +15,8 @@ from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.config import RULES as CONFIG_RULES
 from minimt.data.corpus import text_lines
 from minimt.errors import with_hint
+from minimt.exported import open_translator
 from minimt.rules import optional, path
-from minimt.translator import Translator
 
 DEFAULTS = {
     "run": "???",
@@ -42,7 +46,7 @@ USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 def main(argv: list[str]) -> None:
     args = parse_args(DEFAULTS, argv, USAGE, RULES)
     setup_logging()
-    translator = Translator.from_run(args.run, args.checkpoint, args.device, args.batch_tokens)
+    translator = open_translator(args.run, args.checkpoint, args.device, args.batch_tokens)
     translator.check_beams([args.beam])
     if args.input is None:
         lines = list(text_lines(sys.stdin.buffer, "stdin"))

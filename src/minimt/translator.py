@@ -115,7 +115,7 @@ class Translator:
         """A ConfigError naming `key` for the first beam size this model cannot decode with: beam
         search ranks 2 * beam extensions a step, so the target vocabulary needs 2 * beam tokens.
         Callers check every beam they will use before decoding any sentence."""
-        vocab = self.model.output_matrix.size(0)
+        vocab = self.tokenizers.tgt_vocab_size
         for beam in beams:
             if 2 * beam > vocab:
                 raise ConfigError(
