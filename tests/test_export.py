@@ -212,3 +212,23 @@ def test_the_score_check_catches_a_wrong_mapping(tokenizers, tmp_path, monkeypat
     tokens = vocabulary(tokenizers.src)
     (result,) = engine.score_batch([[tokens[i] for i in src]], [[tokens[i] for i in tgt]])
     assert (minimt_log_probs(model, src, tgt) - torch.tensor(result.log_probs)).abs().max() > 1e-2
+
+
+def test_the_export_benchmark_decodes_with_each_engine_side_by_side(tmp_path, capsys):
+    files = [f"src={TOY / 'test.de'}", f"ref={TOY / 'test.en'}", "repeats=1", "beam=2"]
+    out = tmp_path / "bench.json"
+    status, printed, _ = run_in_process(
+        "bench/export.py", [f"run={OLD_RUNS[-1]}", *files, f"out={out}"], capsys
+    )
+    assert status is None, printed
+    report = json.loads(out.read_text())
+    engines = report["engines"]
+    assert list(engines) == [
+        "minimt fp32",
+        "minimt bf16",
+        "ctranslate2 float32",
+        "ctranslate2 int8",
+    ]
+    assert engines["ctranslate2 float32"]["identical_to_minimt_fp32"] == 1.0
+    assert engines["ctranslate2 float32"]["bleu"] == engines["minimt fp32"]["bleu"]
+    assert report["sentences"] == 40 and report["machine"] in printed
