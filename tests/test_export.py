@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from minimt.config import build_model
+from minimt.data.splits import load_held_out
 from minimt.data.tokenizer import BOS_ID, EOS_ID, TokenizerPair, train_bpe
 from minimt.export import RECORD, ExportError, ctranslate2, export_run, save_model, vocabulary
 from minimt.exported import ExportedTranslator
+from minimt.metrics import corpus_scores
 from minimt.translator import Translator
 from tests.helpers import REPO, TOY, compose_config, run_in_process
 
@@ -232,3 +234,15 @@ def test_the_export_benchmark_decodes_with_each_engine_side_by_side(tmp_path, ca
     assert engines["ctranslate2 float32"]["identical_to_minimt_fp32"] == 1.0
     assert engines["ctranslate2 float32"]["bleu"] == engines["minimt fp32"]["bleu"]
     assert report["sentences"] == 40 and report["machine"] in printed
+
+
+@pytest.mark.slow  # decodes test_2016_flickr twice
+def test_a_trained_runs_export_gives_its_beam_5_translations_and_bleu(smoke_run, tmp_path):
+    run, _ = smoke_run
+    ours = Translator.from_run(run, device="cpu")
+    ours.precision = "fp32"  # the export's float32, whatever the run trained in
+    sources, references = load_held_out(ours.config.data, ["test_2016_flickr"])["test_2016_flickr"]
+    theirs = ExportedTranslator.from_export(export_run(run, tmp_path / "export"), threads=1)
+    expected, found = (t.translate(sources, beam=5) for t in (ours, theirs))
+    assert found == expected
+    assert corpus_scores(found, references).bleu == corpus_scores(expected, references).bleu
