@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from datetime import datetime
 
 import torch
 
+import minimt
 import minimt.provenance as provenance_module
 from minimt.provenance import (
+    PLAN_VARIABLE,
     describe_machine,
     numerics_environment,
     provenance,
@@ -123,3 +126,18 @@ def test_a_start_replaced_within_the_same_second_is_still_named():
     start = session(torch.device("cpu"))
     record = provenance([start], [start, dict(start)])
     assert record["sessions"] == [start] and record["discarded_starts"] == [start]
+
+
+def test_a_session_names_the_minimt_version_pyproject_gives_and_the_plan_that_started_it(
+    monkeypatch,
+):
+    declared = re.search(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)[1]
+    assert minimt.__version__ == declared
+    monkeypatch.delenv(PLAN_VARIABLE, raising=False)
+    alone = session(torch.device("cpu"))
+    assert alone["minimt"] == declared and "plan" not in alone
+    monkeypatch.setenv(PLAN_VARIABLE, "a" * 64)
+    planned = session(torch.device("cpu"))
+    assert planned["plan"] == "a" * 64
+    summary = provenance([alone, planned])
+    assert summary["minimt"] == declared and summary["plan"] == "a" * 64

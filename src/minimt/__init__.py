@@ -8,6 +8,7 @@ picks a script's allocator before torch loads.
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
     from minimt.model.transformer import Transformer
     from minimt.translator import Translator
 
-__all__ = ["Seq2SeqEmbedding", "Transformer", "Translator"]
+__all__ = ["Seq2SeqEmbedding", "Transformer", "Translator", "__version__"]
+__version__ = metadata.version("minimt")  # pyproject.toml's; CHANGELOG.md says what each changed
 
 HOMES = {
     "Seq2SeqEmbedding": "minimt.model.embedding",

@@ -14,7 +14,6 @@ import importlib
 import json
 import shutil
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from minimt import __version__
 from minimt.data.tokenizer import SPECIAL_TOKENS, TokenizerPair
 from minimt.errors import MinimtError
 from minimt.migrations import RUN_FORMAT
@@ -256,7 +256,7 @@ def export_run(
         "tokenizer_digest": tokenizers.fingerprint,
         "quantization": quantization,
         "decoding": decoding | {"max_seq_len": model.max_seq_len},
-        "minimt": metadata.version("minimt"),
+        "minimt": __version__,
         "commit": source_commit(),
         "ctranslate2": ctranslate2().__version__,
         "exported_utc": utc_now(),

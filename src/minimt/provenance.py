@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from minimt import __version__
 from minimt.atomic import write_text
 from minimt.runtime import device_name
 
@@ -136,13 +137,15 @@ def session(device: torch.device, from_step: int = 0) -> dict[str, object]:
         "torch": str(torch.__version__),
         "num_threads": torch.get_num_threads(),
         "commit": loaded_commit(),
+        "minimt": __version__,
     }
     if plan := os.environ.get(PLAN_VARIABLE):
         record["plan"] = plan
     return record
 
 
-SUMMARY_KEYS = ("machine", "cpu", "gpu", "environment", "torch", "num_threads", "commit", "plan")
+SUMMARY_KEYS = ("machine", "cpu", "gpu", "environment", "torch", "num_threads", "commit")
+SUMMARY_KEYS += ("minimt", "plan")
 
 
 def provenance(sessions: list[dict[str, object]], starts: Sequence[dict] = ()) -> dict[str, object]:
