@@ -2,10 +2,11 @@
 the committed schema of today's format (tests/data/run_format.json) against a fresh composition.
 
 After an intended change to a saved key: add its step to minimt/migrations.py (RUN_FORMAT goes up
-by one), build a frozen run of the new format (scripts/frozen_runs.py), then write the schema
+by one), build a frozen run of the new format (tests/frozen_runs.py), then write the schema
 again: `python -m tests.test_migrations`."""
 
 import json
+import re
 import sys
 from dataclasses import fields
 
@@ -17,6 +18,7 @@ from minimt.train.state import TrainState
 from tests.helpers import REPO, compose_config
 
 SCHEMA = REPO / "tests" / "data" / "run_format.json"
+RUN_DIRECTORY = REPO / "docs" / "run-directory.md"
 # The compositions whose saved keys the schema pins: the default, and each group that brings
 # keys of its own.
 COMPOSITIONS = ("", "pe=learned", "data=parallel_text")
@@ -225,11 +227,31 @@ def test_the_saved_keys_are_the_committed_schema_of_todays_format():
     assert current_schema() == committed, (
         f"a saved key changed against {SCHEMA}: a change to a saved key's name, meaning or "
         "default needs its step in minimt/migrations.py (RUN_FORMAT one higher), a frozen run of "
-        "the new format (scripts/frozen_runs.py), then the schema written again "
+        "the new format (tests/frozen_runs.py), then the schema written again "
         "(python -m tests.test_migrations)"
+    )
+
+
+FORMATS_TABLE = re.compile(r"^\| format \| first commit .*?(?=\n\n)", re.M | re.S)
+
+
+def run_directory_with_todays_table() -> str:
+    """docs/run-directory.md with its table of run formats written from the steps."""
+    text = RUN_DIRECTORY.read_text()
+    return FORMATS_TABLE.sub(lambda _: m.format_table(), text, count=1)
+
+
+def test_the_docs_table_of_run_formats_is_the_one_the_steps_give():
+    assert FORMATS_TABLE.search(RUN_DIRECTORY.read_text()), RUN_DIRECTORY
+    assert run_directory_with_todays_table() == RUN_DIRECTORY.read_text(), (
+        f"{RUN_DIRECTORY}'s table of run formats differs from the steps' (minimt/migrations.py): "
+        "write it again (python -m tests.test_migrations)"
     )
 
 
 if __name__ == "__main__":
     SCHEMA.write_text(json.dumps(current_schema(), indent=2) + "\n")
-    print(f"wrote {SCHEMA} (run format {m.RUN_FORMAT})", file=sys.stderr)
+    RUN_DIRECTORY.write_text(run_directory_with_todays_table())
+    print(
+        f"wrote {SCHEMA} (run format {m.RUN_FORMAT}) and {RUN_DIRECTORY}'s table", file=sys.stderr
+    )

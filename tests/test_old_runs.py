@@ -1,5 +1,5 @@
 """Runs that outlive the code: every frozen run in tests/data/old_runs, one per earlier run format,
-each trained by its commit's own code (scripts/frozen_runs.py), translates as that code did,
+each trained by its commit's own code (tests/frozen_runs.py), translates as that code did,
 evaluates, averages, resumes and is read by report.py under today's code, or says in one line
 why it cannot; and reading it never changes its files."""
 

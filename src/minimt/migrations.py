@@ -1,6 +1,7 @@
 """The run format: one integer saved at the top of every checkpoint and of metrics.json
 ("format"), and the one chain of migrations that brings a saved config of any earlier format to
-today's, step by step (k -> k+1), each step named after what changed.
+today's, step by step (k -> k+1), each step named after what changed and saying it once
+(`Migration.changed`, from which docs/run-directory.md's table is written).
 
 A run saved before the format was recorded is dated by its keys (`format_of`). Every step fills a
 key that did not exist yet with what the code of that time did (not with today's default), and
@@ -8,7 +9,7 @@ leaves a key already in today's spelling alone, so that a run dated a little too
 the same. Readers migrate what they load; nothing rewrites the user's files.
 
 A change to a saved key (its name, meaning or default) lands with its step here, RUN_FORMAT one
-higher, a frozen run of the new format (scripts/frozen_runs.py) and the committed schema
+higher, a frozen run of the new format (tests/frozen_runs.py) and the committed schema
 (tests/data/run_format.json): docs/run-directory.md "Versions".
 """
 
@@ -33,13 +34,13 @@ def _sections(config: dict, *names: str) -> list[dict]:
 
 
 def attention_dropout_split_from_dropout(config: dict) -> None:
-    """1 -> 2: attention weights got their own dropout; before, `model.dropout` applied there."""
+    """Attention weights got their own dropout; before, `model.dropout` applied there."""
     model = _section(config, "model")
     model.setdefault("attention_dropout", model.get("dropout", 0.1))
 
 
 def beam_search_at_test_and_step_checkpoints(config: dict) -> None:
-    """2 -> 3: test sets decoded by beam search (before: greedily) and step checkpoints kept."""
+    """Test sets decoded by beam search (before: greedily) and step checkpoints kept."""
     _section(config, "decoding").setdefault("test_beam", 1)
     _section(config, "decoding").setdefault("length_penalty", 1.0)
     _section(config, "trainer").setdefault("save_every", 100)
@@ -59,7 +60,7 @@ def long_input_scores(config: dict) -> None:
 
 
 def optimizer_and_loader_choices(config: dict) -> None:
-    """5 -> 6: Adam's implementation (torch's default then: for_loop on a CPU, foreach on CUDA),
+    """Adam's implementation (torch's default then: for_loop on a CPU, foreach on CUDA),
     torch.compile, batches prepared ahead (none then) and memory trimming (off)."""
     trainer = _section(config, "trainer")
     trainer.setdefault("adam_impl", "foreach" if trainer.get("device") == "cuda" else "for_loop")
@@ -116,7 +117,7 @@ def shape_buckets(config: dict) -> None:
 
 
 def encoding_options(config: dict) -> None:
-    """11 -> 12: the encodings' options in `pe`: the sinusoid's `scale` (1.0 then) and the learned
+    """The encodings' options in `pe`: the sinusoid's `scale` (1.0 then) and the learned
     table's `init_std` (0.02, fixed in the code then)."""
     pe = _section(config, "pe")
     sides = {pe.get("name"), pe.get("encoder"), pe.get("decoder")}
@@ -167,37 +168,104 @@ class Migration:
 
     source: int
     upgrade: Callable[[dict], None]
-
-    @property
-    def changed(self) -> str:
-        """What changed, in words (the step's docstring without its "k -> k+1: ")."""
-        return " ".join(self.upgrade.__doc__.split(": ", 1)[1].split()).removesuffix(".")
+    first_commit: str  # the first commit that saved format source + 1
+    changed: str  # what changed in a saved run, in words: docs/run-directory.md's table
 
 
-MIGRATIONS = tuple(
-    Migration(source, upgrade)
-    for source, upgrade in enumerate(
-        (
-            attention_dropout_split_from_dropout,
-            beam_search_at_test_and_step_checkpoints,
-            resumable_runs,
-            long_input_scores,
-            optimizer_and_loader_choices,
-            no_memory_trimming,
-            study_views_switch,
-            per_side_encodings_and_tying_levels,
-            chunked_loss,
-            shape_buckets,
-            encoding_options,
-            no_loss_chunks_or_shape_buckets,
-            no_long_input_scores,
-            encoder_and_decoder_only,
-            encodings_by_import_path,
-            runs_tied_to_their_data,
-        ),
-        start=1,
-    )
+# format 1: its first commit, what it saved
+FIRST_FORMAT = (
+    "d67395c",
+    "the first that trained: `pe.name`, `embedding.share: true`, greedy test scores, `last.pt`",
 )
+STEPS = (  # each step, the first commit of the format it makes, what that format changed
+    (
+        attention_dropout_split_from_dropout,
+        "a7d25cc",
+        "`model.attention_dropout` (before: `model.dropout` there too)",
+    ),
+    (
+        beam_search_at_test_and_step_checkpoints,
+        "0a7c28f",
+        "`decoding.test_beam`, `length_penalty`; `trainer.save_every`, `keep_checkpoints` "
+        "(weights-only step files)",
+    ),
+    (
+        resumable_runs,
+        "55be712",
+        "`resume`, `trainer.accumulate`, `max_nonfinite_steps`; step files resume, no `last.pt`",
+    ),
+    (
+        long_input_scores,
+        "4cbb6bc",
+        "`decoding.long_inputs`; metrics.json holds the config",
+    ),
+    (
+        optimizer_and_loader_choices,
+        "99373c9",
+        "`trainer.adam_impl`, `compile`, `prefetch`, `trim_memory_every`",
+    ),
+    (
+        no_memory_trimming,
+        "ed0d1ef",
+        "`trainer.trim_memory_every` gone",
+    ),
+    (
+        study_views_switch,
+        "ccbdcdb",
+        "`views`",
+    ),
+    (
+        per_side_encodings_and_tying_levels,
+        "ab132a3",
+        "`pe.encoder` / `pe.decoder`; `embedding.share` none / decoder / all; "
+        "`embedding.init_std`; the length split's keys; `trainer.patience`, `min_delta`, "
+        "`average_last`",
+    ),
+    (
+        chunked_loss,
+        "5f8b04c",
+        "`trainer.loss_chunk_rows`",
+    ),
+    (
+        shape_buckets,
+        "181c5e3",
+        "`trainer.shape_buckets`",
+    ),
+    (
+        encoding_options,
+        "14a93b5",
+        "`pe.scale`, `pe.init_std` (0.02)",
+    ),
+    (
+        no_loss_chunks_or_shape_buckets,
+        "7d0c442",
+        "`trainer.loss_chunk_rows`, `shape_buckets` gone",
+    ),
+    (
+        no_long_input_scores,
+        "5d41845",
+        "`decoding.long_inputs` gone",
+    ),
+    (
+        encoder_and_decoder_only,
+        "76ff0d1",
+        "`pe.name` gone",
+    ),
+    (
+        encodings_by_import_path,
+        "1f4a1af",
+        "`pe.encoder` / `pe.decoder` take import paths; checkpoints and metrics.json record "
+        '`"format"`',
+    ),
+    (
+        runs_tied_to_their_data,
+        "af4fb28",
+        "`resume_new_data`; step checkpoints record the training files' digests (`corpus`); "
+        'metrics.json says `"finished"` (before: a record with training\'s keys was a finished '
+        "run's); `embedding.share` true / false saved as all / decoder",
+    ),
+)
+MIGRATIONS = tuple(Migration(source, *step) for source, step in enumerate(STEPS, start=1))
 RUN_FORMAT = len(MIGRATIONS) + 1  # today's
 LAST_UNRECORDED = 15  # the newest format whose runs did not record it
 FINISHED_KEY = "finished"  # metrics.json: true once training's end wrote its record
@@ -243,6 +311,14 @@ def migrate_config(config: dict, source: int) -> dict:
     for step in MIGRATIONS[source - 1 :]:
         step.upgrade(migrated)
     return migrated
+
+
+def format_table() -> str:
+    """docs/run-directory.md's table of the run formats, from FIRST_FORMAT and the steps."""
+    rows = [f"| 1 | {FIRST_FORMAT[0]} | {FIRST_FORMAT[1]} |"]
+    rows += [f"| {m.source + 1} | {m.first_commit} | {m.changed} |" for m in MIGRATIONS]
+    header = ["| format | first commit | what changed in a saved run |", "|---|---|---|"]
+    return "\n".join([*header, *rows])
 
 
 def changes_since(source: int) -> list[str]:

@@ -2,9 +2,9 @@
 code, so that the tests can check that today's code still loads, translates, evaluates, averages
 and resumes every earlier format.
 
-    python scripts/frozen_runs.py                        # every format in FORMATS
-    python scripts/frozen_runs.py formats=[1,9] scratch=/tmp/frozen
-    python scripts/frozen_runs.py commit=HEAD format=16  # today's run of format 16, beside the old
+    python -m tests.frozen_runs                          # every format in BUILT_FROM
+    python -m tests.frozen_runs formats=[1,9] scratch=/tmp/frozen
+    python -m tests.frozen_runs commit=HEAD format=16    # today's run of format 16, beside the old
 
 Each commit is checked out as a git worktree in `scratch` (null: a temporary folder) and trains
 there, with this interpreter and the worktree's own package (PYTHONPATH first, one thread, no
@@ -45,27 +45,28 @@ TOY = Path("tests/data/toy")
 RUN = "run"  # the run directory, relative to the worktree
 SPLITS = ("train", "val", "test")
 
-# Each format's commit and what the format changed (commit=X format=N builds X's run of format N).
-FORMATS = {
-    1: "d67395c",  # the first: last.pt, no model.attention_dropout, no config in metrics.json
-    2: "7dec623",  # +model.attention_dropout
-    3: "401f370",  # +decoding.test_beam/length_penalty, +trainer.save_every/keep_checkpoints
-    4: "aa7678e",  # +resume, +trainer.accumulate/max_nonfinite_steps; step_N.pt resume, no last.pt
-    5: "f775d2d",  # +decoding.long_inputs; metrics.json holds the config
-    6: "0b0b91b",  # +trainer.adam_impl/compile/prefetch/trim_memory_every
-    7: "f2f403b",  # -trainer.trim_memory_every
-    8: "2cbd629",  # +views
-    9: "ab132a3",  # +pe.encoder/decoder, embedding.share levels, +init_std, +data.*, +patience
-    10: "d365d34",  # +trainer.loss_chunk_rows
-    11: "7a1aef8",  # +trainer.shape_buckets
-    12: "14a93b5",  # +pe.scale (sinusoidal), +pe.init_std (learned)
-    13: "d258298",  # -trainer.loss_chunk_rows, -trainer.shape_buckets
-    14: "79bcc6b",  # -decoding.long_inputs
-    15: "76ff0d1",  # -pe.name
-    # pe.encoder/decoder take import paths and *_options: a87c6ce follows 1f4a1af, which began
-    # the format but whose scripts/train.py fails to import (POSITIONAL_ENCODINGS had moved)
+# The commit each format's frozen run is built from: one that saves that format, not always the
+# format's first (minimt.migrations says what each format changed, and its first commit).
+# commit=X format=N builds X's run of format N. 16's first commit, 1f4a1af, trains, but its
+# scripts/train.py fails to import (POSITIONAL_ENCODINGS had moved): a87c6ce follows it.
+BUILT_FROM = {
+    1: "d67395c",
+    2: "7dec623",
+    3: "401f370",
+    4: "aa7678e",
+    5: "f775d2d",
+    6: "0b0b91b",
+    7: "f2f403b",
+    8: "2cbd629",
+    9: "ab132a3",
+    10: "d365d34",
+    11: "7a1aef8",
+    12: "14a93b5",
+    13: "d258298",
+    14: "79bcc6b",
+    15: "76ff0d1",
     16: "a87c6ce",
-    17: "732f5d8",  # +resume_new_data; "finished" in metrics.json, TrainState.corpus
+    17: "732f5d8",
 }
 
 # The tiny run, which every commit's configs accept: small enough that all the formats' runs
@@ -358,12 +359,14 @@ def chosen(args: DictConfig) -> dict[int, str]:
             sys.exit("error: commit= needs format=, the number of the format it makes")
         return {int(args.format): str(args.commit)}
     if args.formats == "all":
-        return FORMATS
+        return BUILT_FROM
     numbers = list(args.formats) if isinstance(args.formats, ListConfig) else [args.formats]
-    unknown = sorted(set(numbers) - FORMATS.keys(), key=str)
+    unknown = sorted(set(numbers) - BUILT_FROM.keys(), key=str)
     if unknown:
-        sys.exit(f"error: formats={unknown} are not in FORMATS ({min(FORMATS)}-{max(FORMATS)})")
-    return {number: FORMATS[number] for number in numbers}
+        sys.exit(
+            f"error: formats={unknown} are not in BUILT_FROM ({min(BUILT_FROM)}-{max(BUILT_FROM)})"
+        )
+    return {number: BUILT_FROM[number] for number in numbers}
 
 
 def build_all(formats: dict[int, str], out: Path, scratch: Path) -> list[str]:
