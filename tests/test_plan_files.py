@@ -79,6 +79,7 @@ def test_arms_and_a_reference_are_each_arm_against_the_reference(tmp_path):
             "families[0] needs either tests or arms",
         ),
         (("questions:\n", "questions: [\n"), "is not valid YAML"),
+        (("    endpoint", "    overrides: [trainer.seed=3]\n    endpoint"), "sets trainer.seed=3"),
     ],
 )
 def test_a_wrong_plan_is_one_line_naming_the_file_and_the_key(tmp_path, change, named):

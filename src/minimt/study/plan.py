@@ -172,6 +172,7 @@ PLAN_KEYS += ("accepted_runs",)
 FAMILY_KEYS = ("question", "look", "alpha", "seeds", "looks", "endpoint", "overrides")
 FAMILY_KEYS += ("tests", "arms", "reference", "claims", "margin")
 TEST_KEYS = ("test", "seeds")
+RUNNER_KEYS = ("arm", "trainer.seed", "hydra.sweep.dir", "hydra.sweep.subdir")
 CONTRAST = re.compile(r"^(\w+) vs (\w+)$")
 INTERACTION = re.compile(r"^\((\w+) - (\w+)\) - \((\w+) - (\w+)\)$")
 
@@ -215,6 +216,11 @@ def family_of(path: Path, where: str, data: object, titles: dict) -> Family:
     overrides = data.get("overrides", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise PlanError(f"plan {path}: {where}.overrides must be a list of train.py overrides")
+    if taken := [o for o in overrides if o.split("=")[0].lstrip("+~") in RUNNER_KEYS]:
+        raise PlanError(
+            f"plan {path}: {where}.overrides sets {taken[0]}: the plan's arms, seeds and "
+            "folders set it"
+        )
     claims, margin = claims_of(path, where, data, looks)
     return Family(
         question,
