@@ -80,8 +80,8 @@ def test_a_users_plan_runs_look_by_look_to_its_verdict(multi30k_dir, tmp_path):
     assert metrics["provenance"]["plan"] == version["hash"]
 
     plan.write_text(text.replace("alpha: 0.05", "alpha: 0.1"))
-    edited = study(*args, stdin="")
-    assert edited.returncode == 1 and "changed since it was frozen" in edited.stderr
+    status, _, _ = run_in_process("study.py", list(args))
+    assert str(status).startswith(f"error: plan {plan} changed since it was frozen")
     plan.write_text(text)
 
     foreign = runs / "my_binary" / "seed9"  # trained outside the plan
