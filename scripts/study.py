@@ -31,7 +31,7 @@ from minimt.rules import positive_int, positive_number
 from minimt.study.answers import Answer, seed_list
 from minimt.study.markdown import interval_cell, number
 from minimt.study.plan import Family, load_plan
-from minimt.study.runner import Look, deviations, freeze, survey, train, write_reports
+from minimt.study.runner import Look, freeze, plan_deviations, survey, train, write_reports
 from minimt.study.sequential import (
     DIFFERENCE,
     EQUIVALENCE,
@@ -116,7 +116,7 @@ def run_plan(args, argv: list[str]) -> None:
             print(f"missing: {arm} at seeds {seed_list(seeds)} in {folder}")
         print("the look is not complete, nothing analysed: run the same command again")
         return
-    for report in write_reports(looks):
+    for report in write_reports(looks, record):
         print(f"wrote {report}")
     print("\n".join(decision_lines(looks)))
     going_on = any(look.needed() for look in looks)
@@ -124,13 +124,12 @@ def run_plan(args, argv: list[str]) -> None:
 
 
 def list_runs(looks: list[Look], record: dict) -> None:
-    """Every run not counted, with why, and every deviation of a counted one."""
+    """Every run not counted, with why, and every deviation from the plan."""
     for look in looks:
         for run_dir, why in look.not_counted:
             print(f"not counted: {run_dir}: {why}")
-        for run in look.counted:
-            for deviation in deviations(run, record):
-                print(f"deviation: {run.dir}: {deviation}")
+        for deviation in plan_deviations(look, record):
+            print(f"deviation: {deviation}")
 
 
 def power_families(families: tuple[Family, ...]) -> list[Family]:

@@ -152,3 +152,6 @@ def test_the_plan_runner_counts_the_collected_runs_and_gives_the_reports_verdict
     assert "length_rope vs length_sinusoidal on pooled_long: +2.59 [+2.00, +3.18]: better" in out
     assert "sinusoid_rms_learned vs full_sinusoidal on test_2016_flickr: -0.15" in out
     assert out.rstrip().endswith("next: done") and "missing" not in out
+    (report,) = [path for path in tmp_path.glob("runs/*/report.md") if "Q8" in path.read_text()]
+    listed = report.read_text().split("## Deviations from the plan")[1]
+    assert "length_rope/seed27: restarted from update 0 (1 earlier start(s) discarded)" in listed

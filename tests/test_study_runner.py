@@ -14,7 +14,15 @@ import pytest
 
 from minimt.provenance import PLAN_VARIABLE
 from minimt.study import runner
-from minimt.study.runner import StudyError, deviations, freeze, plan_hash, why_not_counted
+from minimt.study.runner import (
+    Look,
+    StudyError,
+    deviations,
+    freeze,
+    plan_deviations,
+    plan_hash,
+    why_not_counted,
+)
 from minimt.study.runs import Run
 from minimt.study.sequential import DIFFERENCE, boundary
 from tests.helpers import ENV, REPO, run_in_process, run_script, script_command
@@ -143,6 +151,18 @@ def test_a_restart_from_update_0_and_an_earlier_version_are_deviations():
     assert deviations(run, record) == [
         "restarted from update 0 (1 earlier start(s) discarded)",
         "started under plan version 1",
+    ]
+
+
+def test_an_amendment_and_a_restarted_seed_are_the_reports_deviations(tmp_path):
+    record = {"commit": "abc", "versions": [{"hash": "h1"}]}
+    record["versions"].append({"hash": "h2", "frozen_utc": "2026-12-06T09:00:00Z"})
+    record["versions"][-1]["reason"] = "a typo in a title"
+    run = a_run([{"plan": "h2", "commit": "abc"}], discarded_starts=[{"from_step": 0}])
+    look = Look((), Path("my_binary").parent, [run], [], {}, None)
+    assert plan_deviations(look, record) == [
+        "plan version 2 (hash h2, 2026-12-06T09:00:00Z): a typo in a title",
+        "my_binary/seed1: restarted from update 0 (1 earlier start(s) discarded)",
     ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -57,6 +57,7 @@ class Report:
     answers: list[Answer]  # each family in each protocol that has runs
     skipped: list[tuple[Path, str]]
     plans: Plans
+    deviations: list[str] = field(default_factory=list)  # from its plan: amendments, restarts
 
     @property
     def runs(self) -> list[Run]:
@@ -215,6 +216,8 @@ def report_markdown(report: Report, plots: Sequence[Path]) -> str:
         root = report.sweep_dir
         runs = [f"- `{p.relative_to(root).as_posix()}`: {why}" for p, why in report.skipped]
         parts += ["## Skipped runs", "\n".join(runs)]
+    if report.deviations:
+        parts += ["## Deviations from the plan", "\n".join(f"- {d}" for d in report.deviations)]
     return "\n\n".join(parts) + "\n"
 
 

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minimt.atomic import write_text
@@ -235,6 +235,26 @@ def run_sweep(command: list[str], env: dict[str, str]) -> tuple[int, signal.Sign
     return status, received[0] if received else None
 
 
-def write_reports(looks: list[Look]) -> list[Path]:
-    """Each look's report (report.md, report.csv, plots) in its runs' folder."""
-    return [write_report(look.report)[0] for look in looks if look.report is not None]
+def plan_deviations(look: Look, record: dict) -> list[str]:
+    """The plan's amendments (each version after the first, with its reason) and what each
+    counted run did that the plan did not foresee."""
+    found = [
+        f"plan version {number} (hash {version['hash'][:12]}, {version['frozen_utc']}): "
+        f"{version['reason']}"
+        for number, version in enumerate(record["versions"][1:], start=2)
+    ]
+    root = look.folder
+    for run in look.counted:
+        name = run.dir.relative_to(root) if run.dir.is_relative_to(root) else run.dir
+        found += [f"{name}: {deviation}" for deviation in deviations(run, record)]
+    return found
+
+
+def write_reports(looks: list[Look], record: dict) -> list[Path]:
+    """Each look's report (report.md, report.csv, plots) in its runs' folder, the plan's
+    deviations listed in report.md."""
+    return [
+        write_report(replace(look.report, deviations=plan_deviations(look, record)))[0]
+        for look in looks
+        if look.report is not None
+    ]
