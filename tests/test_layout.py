@@ -110,3 +110,14 @@ def test_a_run_without_hooks_has_no_study_outputs(multi30k_dir, tmp_path):
     on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert on_disk["steps"] == metrics["steps"] == 10
     assert not (tmp_path / "run" / "projector_config.pbtxt").exists()
+
+
+def test_the_tests_readme_names_every_test_file_and_the_data_docs_every_config_group_option():
+    readme = (REPO / "tests" / "README.md").read_text()
+    files = sorted({path.name for path in (REPO / "tests").rglob("test_*.py")})
+    assert [name for name in files if name not in readme] == []
+    groups = (REPO / "docs" / "data.md").read_text()
+    for group in ("sweep", "experiment", "pe", "data"):
+        row = next(line for line in groups.splitlines() if line.startswith(f"| `{group}` |"))
+        options = sorted(path.stem for path in (REPO / "configs" / group).glob("*.yaml"))
+        assert [name for name in options if f"`{name}`" not in row] == [], group
