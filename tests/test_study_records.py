@@ -4,6 +4,7 @@ after that commit was made, stopped by patience and was scored on the three test
 run trained from its plan's commit exactly, after it was made, on torch's AVX2 kernels."""
 
 import json
+import re
 import subprocess
 from collections.abc import Iterable
 from datetime import datetime
@@ -155,3 +156,15 @@ def test_the_plan_runner_counts_the_collected_runs_and_gives_the_reports_verdict
     (report,) = [path for path in tmp_path.glob("runs/*/report.md") if "Q8" in path.read_text()]
     listed = report.read_text().split("## Deviations from the plan")[1]
     assert "length_rope/seed27: restarted from update 0 (1 earlier start(s) discarded)" in listed
+
+
+def test_readmes_study_table_quotes_the_report():
+    # README retypes the report's figures: each must be a cell of docs/study/report.md
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| question | answer |") : readme.index("Per-seed tables")]
+    report = (STUDY / "report.md").read_text()
+    intervals = re.findall(r"([+-]\d+\.\d\d) (\[[+-]\d+\.\d\d, [+-]\d+\.\d\d\])", table)
+    assert len(intervals) >= 10
+    assert [f for f in intervals if f"| {f[0]} | {f[1]} |" not in report] == []
+    alone = re.findall(r"\(([+-]\d+\.\d\d)\)", table)
+    assert [f for f in alone if f"| {f} |" not in report] == []
