@@ -69,6 +69,11 @@ class ExportedTranslator(Translator):
         )
 
     @property
+    def target_vocab_size(self) -> int:
+        """The exported target vocabulary (the run's tokenizer)."""
+        return self.tokenizers.tgt_vocab_size
+
+    @property
     def checkpoint_label(self) -> str:
         """How evaluations name what it decodes: best.ctranslate2-float32, ..., never the name of
         a checkpoint minimt decodes, so an export's scores never overwrite minimt's."""

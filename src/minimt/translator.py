@@ -111,11 +111,16 @@ class Translator:
         translator.model_name = str(checkpoint_path(run_dir, checkpoint))
         return translator
 
+    @property
+    def target_vocab_size(self) -> int:
+        """Rows of the model's output projection: the tokens a beam can rank."""
+        return self.model.output_matrix.size(0)
+
     def check_beams(self, beams: Sequence[int], *, key: str = "beam") -> None:
         """A ConfigError naming `key` for the first beam size this model cannot decode with: beam
         search ranks 2 * beam extensions a step, so the target vocabulary needs 2 * beam tokens.
         Callers check every beam they will use before decoding any sentence."""
-        vocab = self.tokenizers.tgt_vocab_size
+        vocab = self.target_vocab_size
         for beam in beams:
             if 2 * beam > vocab:
                 raise ConfigError(
