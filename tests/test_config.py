@@ -240,6 +240,7 @@ RECIPE_KEYS = [
     "trainer.batch_tokens",
     "trainer.accumulate",
     "trainer.average_last",
+    "trainer.adapt",
     "decoding.test_beam",
     "decoding.length_penalty",
 ]

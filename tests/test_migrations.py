@@ -129,6 +129,19 @@ STEPS = [
         {"resume": None, "embedding": {"share": False}},
         {"resume": None, "resume_new_data": False, "embedding": {"share": "decoder"}},
     ),
+    (
+        m.recipe_following_the_budget,
+        {"trainer": {"average_last": 5}},
+        {
+            "trainer": {
+                "average_last": 5,
+                "adapt": False,
+                "adapt_min_updates": 1400,
+                "adapt_dropout": 0.2,
+                "adapt_average": 0.2,
+            }
+        },
+    ),
 ]
 
 
@@ -144,7 +157,8 @@ def test_a_step_fills_what_the_code_of_its_time_did_and_keeps_todays_spelling(st
 @pytest.mark.parametrize(("saved", "level"), [(True, "all"), (False, "decoder"), ("none", "none")])
 def test_a_boolean_share_saved_before_format_17_reads_as_its_level(saved, level):
     config = {"embedding": {"share": saved}}
-    assert m.migrate_config(config, 16) == {"embedding": {"share": level}, "resume_new_data": False}
+    migrated = m.migrate_config(config, 16)
+    assert migrated["embedding"] == {"share": level} and migrated["resume_new_data"] is False
 
 
 def test_every_step_is_in_the_chain_once():
@@ -160,7 +174,7 @@ def test_a_run_without_a_recorded_format_is_dated_by_its_keys():
         step.upgrade(config)
         versions.append(m.format_of(config))
     # formats 12 and 13 read as earlier ones whose steps leave them unchanged
-    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 9, 14, 15, 15, 15]
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 11, 9, 14, 15, 15, 15, 15]
 
 
 def test_a_recorded_format_is_trusted_and_a_newer_one_refused():

@@ -269,10 +269,12 @@ def step_checkpoints(ckpt_dir: str | Path) -> list[Path]:
     return sorted(Path(ckpt_dir).glob("step_*.pt"), key=step_of)
 
 
-def remove_old_checkpoints(ckpt_dir: str | Path, keep: int) -> None:
-    """Delete all but the newest `keep` numbered checkpoints (the newest is never deleted)."""
+def remove_old_checkpoints(ckpt_dir: str | Path, keep: int, keep_from: int | None = None) -> None:
+    """Delete all but the newest `keep` numbered checkpoints (the newest is never deleted) and,
+    with `keep_from`, those saved at that update or later."""
     for path in step_checkpoints(ckpt_dir)[: -max(keep, 1)]:
-        path.unlink()
+        if keep_from is None or step_of(path) < keep_from:
+            path.unlink()
 
 
 def average_state_dicts(state_dicts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
@@ -295,7 +297,12 @@ def average_state_dicts(state_dicts: list[dict[str, Tensor]]) -> dict[str, Tenso
 
 def average_last_checkpoints(ckpt_dir: str | Path, last: int) -> Path:
     """Average the newest `last` step_<N>.pt into averaged.pt (config and state of the newest)."""
-    paths = step_checkpoints(ckpt_dir)[-last:]
+    return average_checkpoints(ckpt_dir, step_checkpoints(ckpt_dir)[-last:])
+
+
+def average_checkpoints(ckpt_dir: str | Path, paths: list[Path]) -> Path:
+    """Average the step checkpoints `paths` (oldest first) into `ckpt_dir`/averaged.pt, with the
+    config and state of the newest."""
     if not paths:
         raise NotFound(f"no numbered checkpoints (step_<N>.pt) in {ckpt_dir}")
     checkpoints = [load_checkpoint(p) for p in paths]

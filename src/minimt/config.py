@@ -157,6 +157,10 @@ RULES: dict[str, Rule] = {
     "trainer.patience": optional_positive_int,
     "trainer.min_delta": non_negative_number,
     "trainer.average_last": optional(at_least(2)),
+    "trainer.adapt": boolean,
+    "trainer.adapt_min_updates": positive_int,
+    "trainer.adapt_dropout": probability,
+    "trainer.adapt_average": number(lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "trainer.num_threads": optional_positive_int,
     "trainer.adam_impl": one_of(("fused", "foreach", "for_loop")),
     "trainer.compile": boolean,
@@ -291,6 +295,12 @@ def _cross_key_problems(
             f"trainer.average_last={average_last} averages the last {average_last} step "
             f"checkpoints, but trainer.keep_checkpoints={keep} keeps only {keep}: raise "
             f"trainer.keep_checkpoints to {average_last} or lower trainer.average_last"
+        )
+    if cfg.trainer.adapt and average_last is not None:
+        problems.append(
+            f"trainer.adapt=true averages the last trainer.adapt_average of the updates itself, "
+            f"besides trainer.average_last={average_last}: set trainer.average_last=null or "
+            "trainer.adapt=false"
         )
     return problems
 

@@ -162,6 +162,15 @@ def runs_tied_to_their_data(config: dict) -> None:
         embedding["share"] = "all" if embedding["share"] else "decoder"
 
 
+def recipe_following_the_budget(config: dict) -> None:
+    """17 -> 18: `trainer.adapt` and its settings (the recipe was static: adapt off)."""
+    trainer = _section(config, "trainer")
+    trainer.setdefault("adapt", False)
+    trainer.setdefault("adapt_min_updates", 1400)
+    trainer.setdefault("adapt_dropout", 0.2)
+    trainer.setdefault("adapt_average", 0.2)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One step of the chain: a config of format `source` becomes one of format `source + 1`."""
@@ -263,6 +272,13 @@ STEPS = (  # each step, the first commit of the format it makes, what that forma
         "`resume_new_data`; step checkpoints record the training files' digests (`corpus`); "
         'metrics.json says `"finished"` (before: a record with training\'s keys was a finished '
         "run's); `embedding.share` true / false saved as all / decoder",
+    ),
+    (
+        recipe_following_the_budget,
+        "",
+        "`trainer.adapt`, `adapt_min_updates`, `adapt_dropout`, `adapt_average`; step "
+        'checkpoints record the recipe\'s decision (`recipe`), metrics.json `"recipe"` where '
+        "`trainer.adapt` is on",
     ),
 )
 MIGRATIONS = tuple(Migration(source, *step) for source, step in enumerate(STEPS, start=1))

@@ -16,10 +16,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 from minimt.atomic import write_text
 from minimt.checkpoint import (
+    average_checkpoints,
     average_last_checkpoints,
     load_checkpoint,
     load_weights,
     save_checkpoint,
+    step_checkpoints,
+    step_of,
 )
 from minimt.data.corpus import Pairs
 from minimt.data.length_split import LONG_PREFIX, POOLED_LONG
@@ -31,6 +34,7 @@ from minimt.model.transformer import Transformer
 from minimt.provenance import provenance, read_starts
 from minimt.rundir import update_metrics
 from minimt.runtime import device_name
+from minimt.train.adapt import averaged_from
 from minimt.train.memory import PeakMemory
 from minimt.train.progress import log_samples, log_scalars
 from minimt.train.state import Clock, TrainState, weights_dict
@@ -89,9 +93,9 @@ def score(
 
 def validate_and_keep_best(
     run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
-) -> None:
+) -> float:
     """Rank 0: val loss, greedy BLEU and sample translations logged, the hooks called, best.pt
-    when BLEU improves."""
+    when BLEU improves. Returns the seconds it took."""
     seconds = clock.elapsed()  # the validation itself not included
     data = run.data
     nll = validation_nll(run.translator.model, data.val_batches, training.autocast)
@@ -115,6 +119,7 @@ def validate_and_keep_best(
         state.best_val_bleu, state.best_step = scores.bleu, state.step
         best = weights_dict(run.model, state, run.cfg)
         save_checkpoint(run.run_dir / "checkpoints" / "best.pt", best)
+    return clock.elapsed() - seconds
 
 
 def finish(
@@ -127,7 +132,8 @@ def finish(
     memory: PeakMemory,
 ) -> dict:
     """Rank 0: score the best checkpoint on the test sets (and, with trainer.average_last, the
-    average of the last step checkpoints), write metrics.json, call the hooks."""
+    average of the last step checkpoints; with trainer.adapt, what recipe_outcome picks), write
+    metrics.json, call the hooks."""
     cfg = run.cfg
     state.train_seconds = clock.elapsed()
     trained = provenance(state.sessions, read_starts(run.run_dir))
@@ -140,8 +146,14 @@ def finish(
         extra["averaged_from"] = load_checkpoint(averaged)["averaged_from"]
         log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
         extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
-    log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
-    tests = score_checkpoint(run, ckpt_dir / "best.pt", "test", state.step)
+    reported = ckpt_dir / "best.pt"
+    if cfg.trainer.adapt:
+        reported, extra["recipe"] = recipe_outcome(run, state, memory)
+    if reported.name == "best.pt":
+        log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
+    else:
+        log.info("scoring %s on the test sets", reported.name)
+    tests = score_checkpoint(run, reported, "test", state.step)
     magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
     metrics = {
         FORMAT_KEY: RUN_FORMAT,
@@ -175,6 +187,48 @@ def finish(
         hook.on_finish(run, metrics)
     save_record(run.run_dir, metrics)
     return metrics
+
+
+def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> tuple[Path, dict]:
+    """trainer.adapt: the checkpoint the test sets score, and metrics.json's "recipe". A run that
+    adapted averages its step checkpoints from the last trainer.adapt_average of its updates
+    (those kept) and reports the average where its greedy val BLEU beats best.pt's, else best.pt;
+    only the one reported is decoded on the test sets."""
+    ckpt_dir, trainer = run.run_dir / "checkpoints", run.cfg.trainer
+    best = ckpt_dir / "best.pt"
+    if not state.recipe:
+        log.info(
+            "recipe kept: training ended at update %d, before the first validation after "
+            "warm-up (trainer.warmup_steps=%d) that decides it",
+            state.step,
+            trainer.warmup_steps,
+        )
+        return best, {"adapted": False, "step": None, "reported": "best"}
+    if not state.recipe["adapted"]:
+        return best, state.recipe | {"reported": "best"}
+    first = averaged_from(state.step, trainer.adapt_average)
+    paths = [path for path in step_checkpoints(ckpt_dir) if step_of(path) >= first]
+    memory.phase = "checkpoint averaging"
+    averaged = average_checkpoints(ckpt_dir, paths)
+    memory.phase = "test decoding"
+    load_weights(run.model, load_checkpoint(averaged)["model"], averaged)
+    scores, _ = score(run.translator, run.data.splits.val, beam=1, length_penalty=1.0)
+    reported = "averaged" if scores.bleu > state.best_val_bleu else "best"
+    log.info(
+        "recipe: the average of %s has val BLEU %.2f, best.pt (step %d) %.2f: %s.pt is reported",
+        ", ".join(path.name for path in paths),
+        scores.bleu,
+        state.best_step,
+        state.best_val_bleu,
+        reported,
+    )
+    outcome = {
+        "final_updates": state.step,
+        "averaged_from": [path.name for path in paths],
+        "val_bleu": {"best": state.best_val_bleu, "averaged": scores.bleu},
+        "reported": reported,
+    }
+    return ckpt_dir / f"{reported}.pt", state.recipe | outcome
 
 
 def save_record(run_dir: Path, metrics: dict) -> None:

@@ -37,6 +37,7 @@ from minimt.rundir import (
 )
 from minimt.runtime import job_num_threads, pick_device, seed_everything, set_num_threads
 from minimt.signals import StopRequest
+from minimt.train.adapt import RecipeAdapter
 from minimt.train.distributed import Distributed
 from minimt.train.evaluation import (
     Hook,
@@ -149,7 +150,7 @@ def run_training(
 ) -> dict | None:
     """This process's part of the run after its `setup`: the loop, the final scores (rank 0);
     `memory` is told the phase (training, test decoding); `stop` (entered here) the signals."""
-    data, training, state, translator, device, run_dir = setup
+    data, training, state, translator, adapter, device, run_dir = setup
     trainer, ckpt_dir = cfg.trainer, run_dir / "checkpoints"
     resumed = cfg.resume is not None
     clock, last_saved = Clock(state.train_seconds), state.step if resumed else -1
@@ -199,7 +200,10 @@ def run_training(
                     log_window(writer, bar, window, result.grad_norm, training, state)
                 window = Window()
             if state.step % trainer.val_every == 0 and dist.is_main:
-                validate_and_keep_best(run, training, state, clock, hooks)
+                adapter.validated(
+                    state.step, validate_and_keep_best(run, training, state, clock, hooks)
+                )
+            adapter.after_step(state, clock, training.model, dist)
             if state.step % trainer.save_every == 0:
                 save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
                 last_saved = state.step
@@ -268,6 +272,7 @@ class Setup(NamedTuple):
     training: Training
     state: TrainState
     translator: Translator
+    adapter: RecipeAdapter
     device: torch.device
     run_dir: Path
 
@@ -281,7 +286,8 @@ def set_up(
     """Seeds, threads and device; the checkpoint of cfg.resume, checked against cfg; the data
     (rank 0 first: it writes the caches; run_data) and the run's tokenizers kept; the model
     (its encodings: `positions`, as validate_config read them), optimizer and loss; the state,
-    new or resumed from cfg.resume; the translator; `run_dir`, where the run writes, a finished
+    new or resumed from cfg.resume; the translator; the recipe's adapter
+    (minimt.train.adapt); `run_dir`, where the run writes, a finished
     record there reopened (minimt.rundir.reopen)."""
     trainer = cfg.trainer
     seed_everything(trainer.seed)
@@ -309,13 +315,16 @@ def set_up(
     state.sessions.append(session(device, from_step=state.step))
     if dist.is_main:
         record_start(run_dir, state.sessions[-1])
-    check_batches_per_step(len(data.train_batches.batches(0)), dist.world_size, trainer.accumulate)
+    batches_per_epoch = len(data.train_batches.batches(0))
+    check_batches_per_step(batches_per_epoch, dist.world_size, trainer.accumulate)
+    steps_per_epoch = batches_per_epoch // (dist.world_size * trainer.accumulate)
+    adapter = RecipeAdapter(cfg, state, training.model, steps_per_epoch)
     translator = Translator.from_config(training.model, data.tokenizers, cfg, training.precision)
     translator.check_beams([cfg.decoding.test_beam], key="decoding.test_beam")
     if dist.is_main:
         reopen(run_dir)  # every check passed: the run trains from here
         log_start(training, device, trainer, dist.world_size)
-    return Setup(data, training, state, translator, device, run_dir)
+    return Setup(data, training, state, translator, adapter, device, run_dir)
 
 
 def run_data(cfg: DictConfig, resumed: Resumed | None) -> RunData:

@@ -59,6 +59,8 @@ class TrainState:
     corpus: dict[str, str] = field(default_factory=dict)
     # minimt.provenance.session of the run's start and of each resume
     sessions: list[dict] = field(default_factory=list)
+    # minimt.train.adapt's decision (trainer.adapt): empty until it is taken
+    recipe: dict = field(default_factory=dict)
 
     def count_step(self, tokens: int, batches: int) -> None:
         """One optimizer step done: `tokens` target tokens in `batches` batches (all processes)."""
@@ -166,7 +168,7 @@ def save_training_checkpoint(
 ) -> None:
     """checkpoints/step_<N>.pt: everything needed to continue exactly, the training seconds on
     `clock` included. Every rank calls it (its random state is gathered); rank 0 writes it and
-    keeps the newest trainer.keep_checkpoints."""
+    keeps the newest trainer.keep_checkpoints, and those an adapted recipe will average."""
     state.train_seconds = clock.elapsed()
     rng_states = dist.gather(rng_state())
     if not dist.is_main:
@@ -178,7 +180,9 @@ def save_training_checkpoint(
         "rng": rng_states,
     }
     save_checkpoint(ckpt_dir / f"step_{state.step}.pt", checkpoint)
-    remove_old_checkpoints(ckpt_dir, cfg.trainer.keep_checkpoints)
+    remove_old_checkpoints(
+        ckpt_dir, cfg.trainer.keep_checkpoints, keep_from=state.recipe.get("average_from")
+    )
 
 
 def not_saved_for_an_exact_resume(saved: dict) -> list[str]:
