@@ -67,6 +67,7 @@ BUILT_FROM = {
     15: "76ff0d1",
     16: "a87c6ce",
     17: "732f5d8",
+    18: "b93150b",
 }
 
 # The tiny run, which every commit's configs accept: small enough that all the formats' runs

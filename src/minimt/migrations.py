@@ -275,7 +275,7 @@ STEPS = (  # each step, the first commit of the format it makes, what that forma
     ),
     (
         recipe_following_the_budget,
-        "",
+        "b93150b",
         "`trainer.adapt`, `adapt_min_updates`, `adapt_dropout`, `adapt_average`; step "
         'checkpoints record the recipe\'s decision (`recipe`), metrics.json `"recipe"` where '
         "`trainer.adapt` is on",
