@@ -35,6 +35,8 @@ def sweep(multi30k_dir, tmp_path_factory):
         f"data.url={multi30k_dir}",
         f"data.dir={root / 'data'}",
         "data.max_train_pairs=300",
+        "data.max_val_pairs=10",
+        "data.test_sets=[test_2016_flickr]",  # the one the report tests and evaluate scores
         "model.d_model=32",
         "model.d_ff=64",
         "trainer.precision=fp32",

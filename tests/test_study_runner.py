@@ -46,6 +46,7 @@ families:
       - data.dir={data_dir}
       - data.max_train_pairs=300
       - data.max_val_pairs=10
+      - data.test_sets=[test_2016_flickr]
       - model.d_model=32
       - model.d_ff=64
       - trainer.precision=fp32
