@@ -121,3 +121,21 @@ def test_the_tests_readme_names_every_test_file_and_the_data_docs_every_config_g
         row = next(line for line in groups.splitlines() if line.startswith(f"| `{group}` |"))
         options = sorted(path.stem for path in (REPO / "configs" / group).glob("*.yaml"))
         assert [name for name in options if f"`{name}`" not in row] == [], group
+
+
+READING_PATH = ("model", "data", "train", "translator.py")
+
+
+def test_the_readme_states_the_length_of_its_reading_path():
+    files = [
+        path
+        for part in READING_PATH
+        for path in sorted(
+            (REPO / "src" / "minimt").glob(part if part.endswith(".py") else f"{part}/*.py")
+        )
+    ]
+    lines = sum(len(path.read_text().splitlines()) for path in files)
+    assert (
+        f"The translation system itself is {lines / 1000:.1f}k lines"
+        in (REPO / "README.md").read_text()
+    ), lines
