@@ -102,8 +102,8 @@ def test_the_rate_is_measured_from_mid_warm_up_without_the_validations():
     for step, seconds in [(1, 9.0), (2, 10.0), (3, 11.0), (4, 12.0)]:
         state.step, clock.seconds = step, seconds
         if step == 4:  # a validation of 2 s at update 4, after warm-up: the decision
+            state.val_history.append({"step": step, "seconds": seconds})
             clock.seconds += 2.0
-            adapter.validated(step, 2.0)
         adapter.after_step(state, clock, model, dist)
     # 1 s an update from update 2 on, 2 s a validation every 4: 46 s left hold 30 updates
     assert state.recipe["seconds_per_update"] == 1.0
@@ -112,7 +112,7 @@ def test_the_rate_is_measured_from_mid_warm_up_without_the_validations():
     assert {m.p for m in model.modules() if isinstance(m, nn.Dropout)} == {0.2}
     decided = dict(state.recipe)
     state.step, clock.seconds = 8, 30.0
-    adapter.validated(8, 2.0)
+    state.val_history.append({"step": 8, "seconds": 28.0})
     adapter.after_step(state, clock, model, dist)
     assert state.recipe == decided  # decided once
 

@@ -114,25 +114,24 @@ class RecipeAdapter:
         self.cfg, self.steps_per_epoch = cfg, steps_per_epoch
         self.first_step = max(cfg.trainer.warmup_steps // 2, state.step + 1)
         self.first_seconds: float | None = None
-        self.validation_seconds = 0.0  # validations since first_step
-        self.last_validation: tuple[int, float] | None = None  # (step, seconds)
+        self.validation_seconds = 0.0  # rank 0's validations since first_step
+        self.last_validation = 0.0  # the seconds of rank 0's last one
         if state.recipe.get("adapted"):
             set_dropout(model, state.recipe["dropout"])
-
-    def validated(self, step: int, seconds: float) -> None:
-        """Rank 0 ran a validation at `step` that took `seconds`."""
-        self.last_validation = (step, seconds)
-        if self.first_seconds is not None:
-            self.validation_seconds += seconds
 
     def after_step(
         self, state: TrainState, clock: Clock, model: nn.Module, dist: Distributed
     ) -> None:
-        """Every process, after each update and its validation: the rate's start, the decision
-        when it is due (rank 0 decides, every process applies it)."""
+        """Every process, after each update and its validation: the rate's start, the seconds of
+        the validation (rank 0's val_history has its start), the decision when it is due (rank 0
+        decides, every process applies it)."""
         trainer = self.cfg.trainer
         if not trainer.adapt or state.recipe:
             return
+        history = state.val_history
+        if history and history[-1]["step"] == state.step:
+            self.last_validation = clock.elapsed() - history[-1]["seconds"]
+            self.validation_seconds += self.last_validation
         if state.step == self.first_step:
             self.first_seconds, self.validation_seconds = clock.elapsed(), 0.0
         due = state.step >= trainer.warmup_steps and state.step % trainer.val_every == 0
@@ -146,7 +145,6 @@ class RecipeAdapter:
 
     def decide(self, step: int, elapsed: float) -> dict:
         """Rank 0's recipe at `step`, `elapsed` training seconds in, just after a validation."""
-        _, validation = self.last_validation
         training = elapsed - self.first_seconds - self.validation_seconds
         projection = projected_updates(
             self.cfg.trainer,
@@ -154,6 +152,6 @@ class RecipeAdapter:
             elapsed,
             self.steps_per_epoch,
             training / (step - self.first_step),
-            validation,
+            self.last_validation,
         )
         return choose(projection, self.cfg.trainer, self.cfg.model.dropout)

@@ -93,9 +93,9 @@ def score(
 
 def validate_and_keep_best(
     run: RunContext, training: Training, state: TrainState, clock: Clock, hooks: Sequence[Hook]
-) -> float:
+) -> None:
     """Rank 0: val loss, greedy BLEU and sample translations logged, the hooks called, best.pt
-    when BLEU improves. Returns the seconds it took."""
+    when BLEU improves."""
     seconds = clock.elapsed()  # the validation itself not included
     data = run.data
     nll = validation_nll(run.translator.model, data.val_batches, training.autocast)
@@ -119,7 +119,6 @@ def validate_and_keep_best(
         state.best_val_bleu, state.best_step = scores.bleu, state.step
         best = weights_dict(run.model, state, run.cfg)
         save_checkpoint(run.run_dir / "checkpoints" / "best.pt", best)
-    return clock.elapsed() - seconds
 
 
 def finish(

@@ -200,9 +200,7 @@ def run_training(
                     log_window(writer, bar, window, result.grad_norm, training, state)
                 window = Window()
             if state.step % trainer.val_every == 0 and dist.is_main:
-                adapter.validated(
-                    state.step, validate_and_keep_best(run, training, state, clock, hooks)
-                )
+                validate_and_keep_best(run, training, state, clock, hooks)
             adapter.after_step(state, clock, training.model, dist)
             if state.step % trainer.save_every == 0:
                 save_training_checkpoint(ckpt_dir, training, state, clock, cfg, dist)
