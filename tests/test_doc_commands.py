@@ -15,7 +15,11 @@ from omegaconf import OmegaConf
 from minimt.config import validate_config
 from tests.helpers import REPO, compose_config
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "docs" / "study" / "rounds").glob("*.md")),
+]
 TRAIN = "scripts/train.py"
 PLACEHOLDER = re.compile(r"\b[A-Z]{1,4}\b|\$")
 PLUGINS = REPO / "tests" / "plugins"

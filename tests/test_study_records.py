@@ -120,7 +120,8 @@ def test_every_collected_run_names_its_machine_from_its_record_or_sidecar():
 
 def test_the_q7_recheck_retrained_its_run_bit_for_bit():
     # sinusoid_rms_learned seed 18, trained again from the plan's commit on a machine of the
-    # first EPYC's kind (docs/study.md, Q7's result): every validation and test score equal
+    # first EPYC's kind (docs/study/rounds/2026-11-27_cpu_round_3_q7.md, its result): every
+    # validation and test score equal
     recorded, again = (
         json.loads(
             (
