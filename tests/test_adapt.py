@@ -5,21 +5,15 @@ import json
 import math
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from minimt.checkpoint import remove_old_checkpoints, step_checkpoints
+from minimt.checkpoint import averaged_from, remove_old_checkpoints, step_checkpoints
 from minimt.config import ConfigError, validate_config
-from minimt.train.adapt import (
-    RecipeAdapter,
-    averaged_from,
-    choose,
-    projected_updates,
-    set_dropout,
-)
+from minimt.train.adapt import RecipeAdapter, choose, projected_updates, set_dropout
 from minimt.train.distributed import Distributed
 from minimt.train.loop import train
-from minimt.train.state import TrainState
+from minimt.train.state import TrainState, averaged_window
 from tests.helpers import compose_config, tiny_transformer, toy_run_overrides
 
 TRAINER = {
@@ -35,7 +29,7 @@ TRAINER = {
 }
 
 
-def trainer(**overrides) -> OmegaConf:
+def trainer(**overrides) -> DictConfig:
     return OmegaConf.create(TRAINER | overrides)
 
 
@@ -60,7 +54,8 @@ def test_the_budget_that_binds_gives_the_projection(overrides, limit, updates):
 
 
 @pytest.mark.parametrize(
-    ("updates", "share", "first"), [(2400, 0.2, 1920), (34, 0.2, 28), (10, 1.0, 1), (5, 0.01, 5)]
+    ("updates", "share", "first"),
+    [(2400, 0.2, 1920), (34, 0.2, 28), (10, 1.0, 1), (5, 0.01, 5), (1000, 0.7, 300)],
 )
 def test_the_averaging_window_is_the_last_share_of_the_updates(updates, share, first):
     assert averaged_from(updates, share) == first
@@ -94,35 +89,47 @@ class ScriptedClock:
 
 
 def test_the_rate_is_measured_from_mid_warm_up_without_the_validations():
-    cfg = OmegaConf.create({"trainer": trainer(max_minutes=1.0, val_every=4), "model": {}})
-    cfg.model.dropout = 0.1
+    cfg = OmegaConf.create({"trainer": trainer(max_minutes=1.0, warmup_steps=8, val_every=2)})
+    cfg.model = {"dropout": 0.1}
     model, state, clock = tiny_transformer(40), TrainState(), ScriptedClock()
     adapter = RecipeAdapter(cfg, state, model, steps_per_epoch=1000)
     dist = Distributed()
-    for step, seconds in [(1, 9.0), (2, 10.0), (3, 11.0), (4, 12.0)]:
-        state.step, clock.seconds = step, seconds
-        if step == 4:  # a validation of 2 s at update 4, after warm-up: the decision
-            state.val_history.append({"step": step, "seconds": seconds})
+    for step in range(1, 9):  # 1 s an update, a validation of 2 s every 2 updates
+        clock.seconds += 1.0
+        state.step = step
+        if step % 2 == 0:
+            state.val_history.append({"step": step, "seconds": clock.seconds})
             clock.seconds += 2.0
         adapter.after_step(state, clock, model, dist)
-    # 1 s an update from update 2 on, 2 s a validation every 4: 46 s left hold 30 updates
-    assert state.recipe["seconds_per_update"] == 1.0
-    assert state.recipe["updates"] == 34 and state.recipe["limit"] == "trainer.max_minutes"
-    assert state.recipe["adapted"] and state.recipe["average_from"] == 28
+        assert bool(state.recipe) == (step == 8)  # decided at the first validation after warm-up
+    # measured from update 4 (mid warm-up), its validation and update 6's left out; 44 s left
+    # at 1 s an update plus 2 s every 2 hold 22 updates more
+    assert state.recipe["seconds_per_update"] == 1.0 and state.recipe["validation_seconds"] == 2.0
+    assert state.recipe["updates"] == 30 and state.recipe["limit"] == "trainer.max_minutes"
+    assert state.recipe["adapted"] and state.recipe["average_from"] == 24
     assert {m.p for m in model.modules() if isinstance(m, nn.Dropout)} == {0.2}
     decided = dict(state.recipe)
-    state.step, clock.seconds = 8, 30.0
-    state.val_history.append({"step": 8, "seconds": 28.0})
+    state.step, clock.seconds = 10, 30.0
+    state.val_history.append({"step": 10, "seconds": 28.0})
     adapter.after_step(state, clock, model, dist)
     assert state.recipe == decided  # decided once
 
 
-def test_a_resumed_run_applies_its_saved_decision_at_once():
-    cfg = OmegaConf.create({"trainer": trainer(), "model": {"dropout": 0.1}})
+def test_a_resumed_run_keeps_its_saved_decision_even_with_adapt_off(caplog):
+    cfg = OmegaConf.create({"trainer": trainer(adapt=False), "model": {"dropout": 0.1}})
     model = tiny_transformer(40)
-    state = TrainState(step=600, recipe={"adapted": True, "dropout": 0.3, "average_from": 900})
+    recipe = {"adapted": True, "step": 500, "dropout": 0.3, "average": 0.5, "average_from": 900}
+    state = TrainState(step=600, recipe=recipe)
     RecipeAdapter(cfg, state, model, steps_per_epoch=1000)
     assert {m.p for m in model.modules() if isinstance(m, nn.Dropout)} == {0.3}
+    assert "adapted its recipe at update 500: it keeps it" in caplog.text
+
+
+def test_a_run_past_its_projection_keeps_only_the_window_of_the_updates_made():
+    recipe = {"adapted": True, "average": 0.5, "average_from": 900}
+    assert averaged_window(TrainState(step=1000, recipe=recipe)) == 900
+    assert averaged_window(TrainState(step=2400, recipe=recipe)) == 1200
+    assert averaged_window(TrainState(step=2400, recipe={"adapted": False})) is None
 
 
 def test_the_checkpoints_an_adapted_run_will_average_are_kept_besides_the_newest(tmp_path):
@@ -170,8 +177,7 @@ def test_a_run_records_its_choice_and_scores_the_checkpoint_it_reports(tmp_path,
         assert recipe["reported"] == "best" and kept == ["step_40.pt"]
         return
     assert kept == ["step_20.pt", "step_30.pt", "step_40.pt"]
-    assert (
-        recipe["averaged_from"] == kept and recipe["val_bleu"]["best"] == metrics["best_val_bleu"]
-    )
+    assert recipe["averaged_from"] == kept
+    assert recipe["val_bleu"]["best"] == max(v["bleu"] for v in metrics["val_history"])
     better = recipe["val_bleu"]["averaged"] > recipe["val_bleu"]["best"]
     assert recipe["reported"] == ("averaged" if better else "best")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import re
 import zipfile
@@ -293,6 +294,13 @@ def average_state_dicts(state_dicts: list[dict[str, Tensor]]) -> dict[str, Tenso
         else:
             averaged[key] = last
     return averaged
+
+
+def averaged_from(updates: int, share: float) -> int:
+    """The first update of the last `share` of `updates` (at least the last one): the step
+    checkpoints from it on are averaged. `share` is rounded to 9 digits first, so that 0.7 of
+    1,000 updates is 700, not 699.99999999999989."""
+    return max(updates - math.floor(round(share * updates, 9)), 1)
 
 
 def average_last_checkpoints(ckpt_dir: str | Path, last: int) -> Path:

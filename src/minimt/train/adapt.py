@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from omegaconf import DictConfig
 from torch import nn
 
+from minimt.checkpoint import averaged_from
 from minimt.train.distributed import Distributed
 from minimt.train.state import Clock, TrainState
 
@@ -60,12 +61,6 @@ def projected_updates(
     return Projection(step, budgets[limit], limit, seconds_per_update, validation_seconds)
 
 
-def averaged_from(updates: int, share: float) -> int:
-    """The first update of the last `share` of `updates`: step checkpoints from it on are
-    averaged (at least the last one)."""
-    return min(max(math.ceil((1 - share) * updates), 1), updates)
-
-
 def choose(projection: Projection, trainer: DictConfig, dropout: float) -> dict:
     """The recipe for a run that will make `projection.updates` updates, with its reasons;
     `dropout` is the run's model.dropout."""
@@ -75,6 +70,7 @@ def choose(projection: Projection, trainer: DictConfig, dropout: float) -> dict:
         "min_updates": trainer.adapt_min_updates,
         "adapted": adapted,
         "dropout": trainer.adapt_dropout if adapted else dropout,
+        "average": trainer.adapt_average,
         "average_from": averaged_from(projection.updates, trainer.adapt_average)
         if adapted
         else None,
@@ -82,8 +78,8 @@ def choose(projection: Projection, trainer: DictConfig, dropout: float) -> dict:
 
 
 def set_dropout(model: nn.Module, p: float) -> None:
-    """Every nn.Dropout of `model` (the embeddings' and the residual branches', model.dropout's)
-    drops with probability `p` from now on."""
+    """Every nn.Dropout of `model` (the embeddings' and the residual branches', model.dropout's;
+    model.attention_dropout is no module and stays) drops with probability `p` from now on."""
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = p
@@ -114,10 +110,16 @@ class RecipeAdapter:
         self.cfg, self.steps_per_epoch = cfg, steps_per_epoch
         self.first_step = max(cfg.trainer.warmup_steps // 2, state.step + 1)
         self.first_seconds: float | None = None
-        self.validation_seconds = 0.0  # rank 0's validations since first_step
+        self.validations_total = 0.0  # seconds of rank 0's validations since first_step
         self.last_validation = 0.0  # the seconds of rank 0's last one
         if state.recipe.get("adapted"):
             set_dropout(model, state.recipe["dropout"])
+            if not cfg.trainer.adapt:
+                log.warning(
+                    "the run adapted its recipe at update %d: it keeps it (trainer.adapt=false "
+                    "does not undo a decision taken)",
+                    state.recipe["step"],
+                )
 
     def after_step(
         self, state: TrainState, clock: Clock, model: nn.Module, dist: Distributed
@@ -131,9 +133,9 @@ class RecipeAdapter:
         history = state.val_history
         if history and history[-1]["step"] == state.step:
             self.last_validation = clock.elapsed() - history[-1]["seconds"]
-            self.validation_seconds += self.last_validation
+            self.validations_total += self.last_validation
         if state.step == self.first_step:
-            self.first_seconds, self.validation_seconds = clock.elapsed(), 0.0
+            self.first_seconds, self.validations_total = clock.elapsed(), 0.0
         due = state.step >= trainer.warmup_steps and state.step % trainer.val_every == 0
         if not due or state.step <= self.first_step:
             return
@@ -145,7 +147,7 @@ class RecipeAdapter:
 
     def decide(self, step: int, elapsed: float) -> dict:
         """Rank 0's recipe at `step`, `elapsed` training seconds in, just after a validation."""
-        training = elapsed - self.first_seconds - self.validation_seconds
+        training = elapsed - self.first_seconds - self.validations_total
         projection = projected_updates(
             self.cfg.trainer,
             step,

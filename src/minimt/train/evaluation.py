@@ -18,6 +18,7 @@ from minimt.atomic import write_text
 from minimt.checkpoint import (
     average_checkpoints,
     average_last_checkpoints,
+    averaged_from,
     load_checkpoint,
     load_weights,
     save_checkpoint,
@@ -34,7 +35,6 @@ from minimt.model.transformer import Transformer
 from minimt.provenance import provenance, read_starts
 from minimt.rundir import update_metrics
 from minimt.runtime import device_name
-from minimt.train.adapt import averaged_from
 from minimt.train.memory import PeakMemory
 from minimt.train.progress import log_samples, log_scalars
 from minimt.train.state import Clock, TrainState, weights_dict
@@ -146,13 +146,16 @@ def finish(
         log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
         extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
     reported = ckpt_dir / "best.pt"
-    if cfg.trainer.adapt:
+    if cfg.trainer.adapt or state.recipe:  # a decision taken stays, whatever a resume says
         reported, extra["recipe"] = recipe_outcome(run, state, memory)
     if reported.name == "best.pt":
         log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
     else:
         log.info("scoring %s on the test sets", reported.name)
     tests = score_checkpoint(run, reported, "test", state.step)
+    if reported.name != "best.pt":  # the magnitudes and the hooks see the best weights
+        best = ckpt_dir / "best.pt"
+        load_weights(run.model, load_checkpoint(best)["model"], best)
     magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
     metrics = {
         FORMAT_KEY: RUN_FORMAT,
@@ -190,7 +193,7 @@ def finish(
 
 def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> tuple[Path, dict]:
     """trainer.adapt: the checkpoint the test sets score, and metrics.json's "recipe". A run that
-    adapted averages its step checkpoints from the last trainer.adapt_average of its updates
+    adapted averages its step checkpoints from the last share of its updates its decision named
     (those kept) and reports the average where its greedy val BLEU beats best.pt's, else best.pt;
     only the one reported is decoded on the test sets."""
     ckpt_dir, trainer = run.run_dir / "checkpoints", run.cfg.trainer
@@ -205,7 +208,7 @@ def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> tu
         return best, {"adapted": False, "step": None, "reported": "best"}
     if not state.recipe["adapted"]:
         return best, state.recipe | {"reported": "best"}
-    first = averaged_from(state.step, trainer.adapt_average)
+    first = averaged_from(state.step, state.recipe["average"])
     paths = [path for path in step_checkpoints(ckpt_dir) if step_of(path) >= first]
     memory.phase = "checkpoint averaging"
     averaged = average_checkpoints(ckpt_dir, paths)

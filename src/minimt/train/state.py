@@ -19,6 +19,7 @@ from minimt.checkpoint import (
     CheckpointError,
     CheckpointMismatch,
     DamagedCheckpoint,
+    averaged_from,
     load_checkpoint,
     load_weights,
     newest_loadable,
@@ -180,9 +181,17 @@ def save_training_checkpoint(
         "rng": rng_states,
     }
     save_checkpoint(ckpt_dir / f"step_{state.step}.pt", checkpoint)
-    remove_old_checkpoints(
-        ckpt_dir, cfg.trainer.keep_checkpoints, keep_from=state.recipe.get("average_from")
-    )
+    remove_old_checkpoints(ckpt_dir, cfg.trainer.keep_checkpoints, keep_from=averaged_window(state))
+
+
+def averaged_window(state: TrainState) -> int | None:
+    """The first update whose step checkpoint an adapted recipe may still average (None: not
+    adapted): from its projected window on, but never before the window of the updates already
+    made, which a run past its projection only moves later."""
+    recipe = state.recipe
+    if not recipe.get("adapted"):
+        return None
+    return max(recipe["average_from"], averaged_from(state.step, recipe["average"]))
 
 
 def not_saved_for_an_exact_resume(saved: dict) -> list[str]:
