@@ -278,6 +278,11 @@ def remove_old_checkpoints(ckpt_dir: str | Path, keep: int, keep_from: int | Non
             path.unlink()
 
 
+def load_weights_from(model: nn.Module, path: Path) -> None:
+    """The model weights of the checkpoint at `path` into `model` (load_weights' checks)."""
+    load_weights(model, load_checkpoint(path)["model"], path)
+
+
 def average_state_dicts(state_dicts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     """Element-wise mean of floating-point tensors (others taken from the last state dict).
 

@@ -20,7 +20,7 @@ from minimt.checkpoint import (
     average_last_checkpoints,
     averaged_from,
     load_checkpoint,
-    load_weights,
+    load_weights_from,
     save_checkpoint,
     step_checkpoints,
     step_of,
@@ -145,17 +145,17 @@ def finish(
         extra["averaged_from"] = load_checkpoint(averaged)["averaged_from"]
         log.info("scoring the average of %s on the test sets", ", ".join(extra["averaged_from"]))
         extra["test_average"] = score_checkpoint(run, averaged, "test_average", state.step)
-    reported = ckpt_dir / "best.pt"
+    reported = "best"
     if cfg.trainer.adapt or state.recipe:  # a decision taken stays, whatever a resume says
-        reported, extra["recipe"] = recipe_outcome(run, state, memory)
-    if reported.name == "best.pt":
+        extra["recipe"] = recipe_outcome(run, state, memory)
+        reported = extra["recipe"]["reported"]
+    if reported == "best":
         log.info("scoring the best checkpoint (step %d) on the test sets", state.best_step)
     else:
-        log.info("scoring %s on the test sets", reported.name)
-    tests = score_checkpoint(run, reported, "test", state.step)
-    if reported.name != "best.pt":  # the magnitudes and the hooks see the best weights
-        best = ckpt_dir / "best.pt"
-        load_weights(run.model, load_checkpoint(best)["model"], best)
+        log.info("scoring %s.pt on the test sets", reported)
+    tests = score_checkpoint(run, ckpt_dir / f"{reported}.pt", "test", state.step)
+    if reported != "best":  # the magnitudes and the hooks see the best weights
+        load_weights_from(run.model, ckpt_dir / "best.pt")
     magnitudes = {"init": state.init_magnitudes, "best": input_magnitudes(run.model, cfg)}
     metrics = {
         FORMAT_KEY: RUN_FORMAT,
@@ -191,13 +191,13 @@ def finish(
     return metrics
 
 
-def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> tuple[Path, dict]:
-    """trainer.adapt: the checkpoint the test sets score, and metrics.json's "recipe". A run that
-    adapted averages its step checkpoints from the last share of its updates its decision named
-    (those kept) and reports the average where its greedy val BLEU beats best.pt's, else best.pt;
-    only the one reported is decoded on the test sets."""
+def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> dict:
+    """trainer.adapt: metrics.json's "recipe", whose "reported" names the checkpoint the test sets
+    score (best, or averaged). A run that adapted averages its step checkpoints from the last
+    share of its updates its decision named (those kept) and reports the average where its
+    greedy val BLEU beats best.pt's, else best.pt; only the one reported is decoded on the test
+    sets."""
     ckpt_dir, trainer = run.run_dir / "checkpoints", run.cfg.trainer
-    best = ckpt_dir / "best.pt"
     if not state.recipe:
         log.info(
             "recipe kept: training ended at update %d, before the first validation after "
@@ -205,15 +205,15 @@ def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> tu
             state.step,
             trainer.warmup_steps,
         )
-        return best, {"adapted": False, "step": None, "reported": "best"}
+        return {"adapted": False, "step": None, "reported": "best"}
     if not state.recipe["adapted"]:
-        return best, state.recipe | {"reported": "best"}
+        return state.recipe | {"reported": "best"}
     first = averaged_from(state.step, state.recipe["average"])
     paths = [path for path in step_checkpoints(ckpt_dir) if step_of(path) >= first]
     memory.phase = "checkpoint averaging"
     averaged = average_checkpoints(ckpt_dir, paths)
     memory.phase = "test decoding"
-    load_weights(run.model, load_checkpoint(averaged)["model"], averaged)
+    load_weights_from(run.model, averaged)
     scores, _ = score(run.translator, run.data.splits.val, beam=1, length_penalty=1.0)
     reported = "averaged" if scores.bleu > state.best_val_bleu else "best"
     log.info(
@@ -230,7 +230,7 @@ def recipe_outcome(run: RunContext, state: TrainState, memory: PeakMemory) -> tu
         "val_bleu": {"best": state.best_val_bleu, "averaged": scores.bleu},
         "reported": reported,
     }
-    return ckpt_dir / f"{reported}.pt", state.recipe | outcome
+    return state.recipe | outcome
 
 
 def save_record(run_dir: Path, metrics: dict) -> None:
@@ -252,7 +252,7 @@ def score_checkpoint(run: RunContext, path: Path, key: str, step: int) -> dict[s
     TensorBoard gets <key>/bleu and <key>/chrf for the first test set (the headline) and
     <key>/<name>/bleu, <key>/<name>/chrf for the others.
     """
-    load_weights(run.model, load_checkpoint(path)["model"], path)
+    load_weights_from(run.model, path)
     beam, length_penalty = run.cfg.decoding.test_beam, run.cfg.decoding.length_penalty
     suffix = {"test": "", "test_average": ".average"}[key]
     settings = {"beam": beam, "length_penalty": length_penalty, "checkpoint": path.stem}
