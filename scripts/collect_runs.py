@@ -4,11 +4,13 @@
     python scripts/collect_runs.py sweep=DIR dest=docs/study/runs
 
 Copies each run with a metrics.json into <dest>/<protocol>/<configuration>/seed<k>/ (metrics.json,
-config.yaml, hyps.*.txt). No record names one machine's paths: Multi30k read from a local folder
+config.yaml); its hyps.*.txt go into <dest>/<protocol>/<configuration>/hypotheses.tar.xz, each
+pinned by SHA-256 in metrics.json "hypotheses" (minimt.study.evidence). No record names one
+machine's paths: Multi30k read from a local folder
 is recorded by its public URL (its files are pinned by SHA-256), and an absolute data.dir or
 resume inside the project the run trained in, relative to that project's root. Running it again
 changes nothing; a run already there whose files differ is replaced, with a warning. Each file
-is written whole or not at all, metrics.json last: a copy stopped half-way (Ctrl-C, a full disk)
+is written whole or not at all, the archive first and metrics.json last: a copy stopped half-way (Ctrl-C, a full disk)
 is no collected run until it runs again.
 Then: python scripts/report.py sweep=<dest>
 """
@@ -25,6 +27,15 @@ from minimt.checkpoint import json_text
 from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.multi30k import MULTI30K_URL, local_path
 from minimt.errors import with_hint
+from minimt.study.evidence import (
+    ARCHIVE,
+    PINS,
+    archive_bytes,
+    pins,
+    read_archive,
+    run_members,
+    with_run,
+)
 from minimt.study.runs import Run, collected_dir, load_sweep
 
 log = logging.getLogger(__name__)
@@ -34,9 +45,14 @@ USAGE = __doc__ + f"\narguments (key=value): {', '.join(DEFAULTS)}"
 
 
 def kept_files(folder: Path) -> dict[str, bytes]:
-    """The files a collected run keeps: metrics.json, config.yaml and hyps.*.txt (those present)."""
-    paths = [folder / "metrics.json", folder / "config.yaml", *sorted(folder.glob("hyps.*.txt"))]
+    """The record files of the run in `folder`: metrics.json and config.yaml (those present)."""
+    paths = [folder / "metrics.json", folder / "config.yaml"]
     return {path.name: path.read_bytes() for path in paths if path.is_file()}
+
+
+def hypotheses(folder: Path) -> dict[str, bytes]:
+    """{file name: bytes} of the test hypotheses the run in `folder` wrote (hyps.*.txt)."""
+    return {path.name: path.read_bytes() for path in sorted(folder.glob("hyps.*.txt"))}
 
 
 def project_root(folder: Path) -> Path | None:
@@ -57,27 +73,30 @@ def kept_config(config: dict, run_dir: Path) -> dict:
     return kept
 
 
-def recorded_files(run: Run) -> dict[str, bytes]:
-    """The files to keep for `run`: its own, with metrics.json's config as saved and config.yaml
-    as kept_config writes them (metrics.json byte for byte where that changes nothing)."""
-    files = kept_files(run.dir)
+def recorded_files(run: Run, hyps: dict[str, bytes]) -> dict[str, bytes]:
+    """The record files to keep for `run`: metrics.json as saved, with its config as kept_config
+    writes it and `hyps` pinned under "hypotheses", and that config as config.yaml."""
     config = kept_config(run.record.get("config", run.metrics["config"]), run.dir)
-    if config != run.record.get("config"):
-        metrics = run.record | {"config": config}
-        files["metrics.json"] = json_text(metrics).encode()
-    return files | {"config.yaml": OmegaConf.to_yaml(OmegaConf.create(config)).encode()}
+    metrics = run.record | {"config": config, PINS: pins(hyps)}
+    return {
+        "metrics.json": json_text(metrics).encode(),
+        "config.yaml": OmegaConf.to_yaml(OmegaConf.create(config)).encode(),
+    }
 
 
 def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
-    """Copy each finished run under `sweep_dir` to collected_dir(dest, run), with its resolved
-    config as config.yaml (both as recorded_files writes them); returns (destination, "copied" |
-    "unchanged" | "replaced") per run. A run whose files differ is replaced, with a warning."""
+    """Copy each finished run under `sweep_dir` to collected_dir(dest, run): its record files
+    (recorded_files) and its hypotheses into its configuration's archive; returns (destination,
+    "copied" | "unchanged" | "replaced") per run. A run whose files differ is replaced, with a
+    warning."""
     done = []
     for run in load_sweep(sweep_dir)[0]:
         target = collected_dir(dest, run)
-        files = recorded_files(run)
+        hyps = hypotheses(run.dir)
+        files = recorded_files(run, hyps)
+        archive = read_archive(target.parent / ARCHIVE)
         present = kept_files(target)
-        if present == files:
+        if present == files and run_members(archive, target) == hyps:
             done.append((target, "unchanged"))
             continue
         if present:
@@ -87,16 +106,16 @@ def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
             f"{dest} are intact"
         )
         with with_hint(note, WriteError):
-            copy_files(target, files, stale=present.keys() - files.keys())
+            copy_files(target, files, with_run(archive, target, hyps))
         done.append((target, "replaced" if present else "copied"))
     return done
 
 
-def copy_files(target: Path, files: dict[str, bytes], *, stale: set[str]) -> None:
-    """Delete the `stale` files of `target` and write `files` there, each atomically.
+def copy_files(target: Path, files: dict[str, bytes], archive: dict[str, bytes]) -> None:
+    """Write `files` to `target` and `archive` to its configuration's archive, each atomically.
     metrics.json, which makes the folder a finished run, goes first and comes back last."""
-    for name in ["metrics.json", *stale]:
-        remove(target / name)
+    remove(target / "metrics.json")
+    write_bytes(target.parent / ARCHIVE, archive_bytes(archive))
     for name in sorted(files, key=lambda name: name == "metrics.json"):
         write_bytes(target / name, files[name])
 

@@ -1,6 +1,7 @@
 """A run's configuration is the arm it recorded, split by any other setting its runs differ in;
 collected runs are kept as data."""
 
+import hashlib
 import json
 import logging
 
@@ -8,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from minimt.data.multi30k import MULTI30K_URL
+from minimt.study.evidence import ARCHIVE, PINS, read_archive
 from minimt.study.runs import load_sweep
 from scripts.collect_runs import collect_runs, main
 
@@ -120,14 +122,14 @@ def test_collect_runs_copies_metrics_config_and_hypotheses(sweep, tmp_path):
         ("toy_fp32_cpu/full_sinusoidal/seed2", "copied"),
     ]
     kept = dest / "toy_fp32_cpu/full_learned/seed2"
-    assert sorted(p.name for p in kept.iterdir()) == [
-        "config.yaml",
-        "hyps.test.txt",
-        "metrics.json",
-    ]
-    assert (kept / "metrics.json").read_bytes() == (
-        sweep / "learned/seed2" / "metrics.json"
-    ).read_bytes()
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "metrics.json"]
+    hyps = (sweep / "learned/seed2" / "hyps.test.txt").read_bytes()
+    archive = read_archive(kept.parent / ARCHIVE)
+    assert archive == {"seed1/hyps.test.txt": b"a dog\nthe cat\n", "seed2/hyps.test.txt": hyps}
+    source = json.loads((sweep / "learned/seed2" / "metrics.json").read_text())
+    assert json.loads((kept / "metrics.json").read_text()) == source | {
+        PINS: {"hyps.test.txt": hashlib.sha256(hyps).hexdigest()}
+    }
     config = OmegaConf.load(kept / "config.yaml")
     assert config.pe.encoder == "learned" and config.trainer.seed == 2
     assert names(load_sweep(dest)[0]) == names(load_sweep(sweep)[0])
@@ -144,7 +146,9 @@ def test_collect_runs_is_idempotent_and_replaces_a_run_that_differs(sweep, tmp_p
         statuses = dict(collect_runs(sweep, dest))
     kept = dest / "toy_fp32_cpu/full_learned/seed1"
     assert statuses[kept] == "replaced" and "differs" in caplog.text
-    assert (kept / "hyps.test.txt").read_text() == "a cat\nthe dog\n"
+    assert read_archive(kept.parent / ARCHIVE)["seed1/hyps.test.txt"] == b"a cat\nthe dog\n"
+    recorded = json.loads((kept / "metrics.json").read_text())
+    assert recorded[PINS] == {"hyps.test.txt": hashlib.sha256(b"a cat\nthe dog\n").hexdigest()}
 
 
 def test_collected_records_name_no_machines_paths(tmp_path):
@@ -167,7 +171,8 @@ def test_collected_records_name_no_machines_paths(tmp_path):
         "dir": "/x/d",  # outside the project: as it was
     }
     assert recorded["config"]["resume"] == "multirun/study/toy/seed1"
-    assert recorded | {"config": metrics["config"]} == metrics  # nothing else changed
+    pinned = {PINS: {"hyps.test.txt": hashlib.sha256(b"a dog\nthe cat\n").hexdigest()}}
+    assert recorded | {"config": metrics["config"]} == metrics | pinned  # nothing else changed
     assert OmegaConf.to_container(OmegaConf.load(kept / "config.yaml")) == recorded["config"]
     assert collect_runs(project / "multirun", dest) == [(kept, "unchanged")]
 

@@ -1,0 +1,158 @@
+"""The committed evidence checks itself: every BLEU and chrF that a collected run record under docs/
+states for its test sets is what sacreBLEU gives on the hypotheses its configuration's archive
+holds (each pinned by SHA-256 in the record) against the pinned Multi30k references."""
+
+import json
+import re
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from minimt.data.splits import load_held_out
+from minimt.metrics import corpus_scores
+from minimt.study.evidence import (
+    PINS,
+    SCORED,
+    Check,
+    EvidenceError,
+    SegmentScores,
+    archive_of,
+    checks,
+    read_archive,
+    record_paths,
+    recorded_hyps,
+    unscored_figures,
+)
+from minimt.study.runs import load_run
+from tests.helpers import REPO
+
+DOCS = REPO / "docs"
+# The figures a record states that no kept hypotheses back, and why.
+UNSCORED = {
+    "best_val_bleu": "validation BLEU, scored during training (its hypotheses are not kept)",
+    "val_history[].bleu": "validation BLEU at each validation",
+    "eval.val.beam1.averaged.bleu": "validation BLEU of the averaged checkpoint (evaluate.py)",
+    "eval.val.beam1.averaged.chrf": "validation chrF of the averaged checkpoint (evaluate.py)",
+}
+
+
+class Evidence:
+    """The records under docs/, their archives and the references their configs name, each read
+    once; the statistics of each (reference, hypothesis) pair computed once."""
+
+    def __init__(self, multi30k: Path, cache_dir: Path) -> None:
+        self.multi30k, self.cache_dir = multi30k, cache_dir
+        self.scorer = SegmentScores()
+        self.archive = cache(read_archive)
+
+    def references(self, record_path: Path):
+        run, reason = load_run(record_path.parent, None)
+        assert run is not None, f"{record_path}: {reason}"
+        data = OmegaConf.to_container(run.config.data)
+        data |= {"url": str(self.multi30k), "dir": str(self.cache_dir)}
+        key = json.dumps(data, sort_keys=True)
+        return lambda names: {name: self._references(key, name) for name in names}
+
+    @cache  # noqa: B019 (one instance per test session)
+    def _references(self, data_key: str, name: str) -> list[str]:
+        data = OmegaConf.create(json.loads(data_key))
+        return load_held_out(data, [name])[name][1]
+
+    def checks(self, record_path: Path, record: dict | None = None) -> list[Check]:
+        record = record if record is not None else json.loads(record_path.read_text())
+        hyps = recorded_hyps(record_path, record, self.archive(archive_of(record_path)))
+        found = checks(record_path, record, hyps, self.references(record_path), self.scorer)
+        return list(found)
+
+
+@pytest.fixture(scope="module")
+def evidence(multi30k_dir, tmp_path_factory) -> Evidence:
+    return Evidence(multi30k_dir, tmp_path_factory.mktemp("multi30k"))
+
+
+RECORDS = record_paths(DOCS)
+
+
+def test_every_collected_record_pins_the_hypotheses_of_every_test_score():
+    assert len(RECORDS) >= 271
+    for path in RECORDS:
+        record = json.loads(path.read_text())
+        assert record.get("test"), f"{path}: no test scores"
+        assert record.get(PINS), f"{path}: no pinned hypotheses"
+
+
+@pytest.mark.slow
+def test_every_stated_test_score_is_what_its_pinned_hypotheses_give(evidence):
+    stated = sorted(RECORDS, key=lambda path: sorted(json.loads(path.read_text())["test"]))
+    results = [check for path in stated for check in evidence.checks(path)]
+    wrong = [check for check in results if not check.agrees]
+    assert not wrong, "\n".join(
+        f"{c.record} {c.entry} {c.metric}: states {c.stated!r}, hypotheses give {c.recomputed!r}"
+        for c in wrong
+    )
+    entries = Counter(check.entry.split("/")[0] for check in results)
+    assert entries["test"] >= 2 * 864 - 2 * entries["test_average"] > 0
+    assert any(check.entry.endswith("/long") for check in results)  # a pooled entry checked
+
+
+def test_every_figure_without_hypotheses_is_a_validation_figure():
+    unscored = Counter(path for record in RECORDS for path in unscored_figures(load(record)))
+    assert set(unscored) == set(UNSCORED), f"figures without hypotheses: {dict(unscored)}"
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def sample_record() -> Path:
+    """A record with a pooled long-sentence entry and scores of an averaged checkpoint, if the
+    collected runs hold one; else the first one."""
+    for path in RECORDS:
+        record = load(path)
+        if record.get("test_average") and any("pooled" in e for e in record["test"].values()):
+            return path
+    return RECORDS[0]
+
+
+@pytest.mark.slow
+def test_a_one_character_edit_of_a_stated_bleu_fails_the_check(evidence):
+    path = sample_record()
+    text, record = path.read_text(), load(path)
+    assert all(check.agrees for check in evidence.checks(path, record))
+    for key in [key for key in SCORED if record.get(key)]:
+        entry, scores = next(iter(record[key].items()))
+        stated = f'"bleu": {scores["bleu"]!r},'
+        assert text.count(stated) == 1, stated
+        start = text.index(stated) + len('"bleu": ')
+        # each digit but the last two, which TOLERANCE_ULPS leaves to the math libraries
+        for at in [i for i in range(start, start + len(stated) - 9) if text[i].isdigit()][:-2]:
+            edited = text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :]
+            failing = [c for c in evidence.checks(path, json.loads(edited)) if not c.agrees]
+            assert [(c.entry, c.metric) for c in failing] == [(f"{key}/{entry}", "bleu")], at
+
+
+def test_an_edited_hypothesis_file_differs_from_its_pin(tmp_path):
+    path = RECORDS[0]
+    archive = read_archive(archive_of(path))
+    record = load(path)
+    name = next(iter(record[PINS]))
+    member = f"{path.parent.name}/{name}"
+    archive[member] = archive[member].replace(b"a", b"b", 1)
+    with pytest.raises(EvidenceError, match=f"{re.escape(name)} differs from its pinned sha256"):
+        recorded_hyps(path, record, archive)
+    del archive[member]
+    with pytest.raises(EvidenceError, match=f"{re.escape(name)} is pinned but not in its"):
+        recorded_hyps(path, record, archive)
+
+
+def test_segment_statistics_give_sacrebleus_corpus_scores_bit_for_bit():
+    archive = read_archive(archive_of(RECORDS[0]))
+    same_set = sorted(name for name in archive if name.endswith("/hyps.test_2016_flickr.txt"))
+    refs, *systems = [archive[name].decode().splitlines() for name in same_set[:4]]
+    scorer = SegmentScores()
+    for hyps in systems:
+        direct = corpus_scores(hyps, refs)
+        assert scorer.corpus(hyps, refs) == {"bleu": direct.bleu, "chrf": direct.chrf}
