@@ -10,8 +10,8 @@ machine's paths: Multi30k read from a local folder
 is recorded by its public URL (its files are pinned by SHA-256), and an absolute data.dir or
 resume inside the project the run trained in, relative to that project's root. Running it again
 changes nothing; a run already there whose files differ is replaced, with a warning. Each file
-is written whole or not at all, the archive first and metrics.json last: a copy stopped half-way (Ctrl-C, a full disk)
-is no collected run until it runs again.
+is written whole or not at all, the archive first and metrics.json last: a copy stopped half-way
+(Ctrl-C, a full disk) is no collected run until it runs again.
 Then: python scripts/report.py sweep=<dest>
 """
 

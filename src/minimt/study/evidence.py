@@ -183,13 +183,17 @@ def unscored_figures(record: dict) -> list[str]:
         elif isinstance(node, list):
             for value in node:
                 walk(value, f"{path}[]")
-        elif isinstance(node, int | float) and not isinstance(node, bool) and path.rsplit(".", 1)[-1].endswith(("bleu", "chrf")):
+        elif is_score(node) and path.rsplit(".", 1)[-1].endswith(("bleu", "chrf")):
             found.append(path)
 
     for key, value in record.items():
         if key not in {*SCORED, "config"}:
             walk(value, key)
     return sorted(set(found))
+
+
+def is_score(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def record_paths(root: Path) -> list[Path]:
@@ -204,4 +208,3 @@ def load_record(path: Path) -> dict:
 def archive_of(record_path: Path) -> Path:
     """The archive holding the hypotheses of the run whose record is at `record_path`."""
     return record_path.parent.parent / ARCHIVE
-
