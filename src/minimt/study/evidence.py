@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import tarfile
 from collections.abc import Callable, Iterator, Sequence
@@ -199,10 +198,6 @@ def is_score(value: object) -> bool:
 def record_paths(root: Path) -> list[Path]:
     """Every collected record (metrics.json) under `root`, sorted."""
     return sorted(root.rglob("metrics.json"))
-
-
-def load_record(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def archive_of(record_path: Path) -> Path:
