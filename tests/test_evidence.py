@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from minimt.data.length_split import POOLED_LONG
 from minimt.data.splits import load_held_out
 from minimt.metrics import corpus_scores
 from minimt.study.evidence import (
@@ -21,6 +22,7 @@ from minimt.study.evidence import (
     SegmentScores,
     archive_of,
     checks,
+    hyps_file,
     read_archive,
     record_paths,
     recorded_hyps,
@@ -76,12 +78,22 @@ def evidence(multi30k_dir, tmp_path_factory) -> Evidence:
 RECORDS = record_paths(DOCS)
 
 
-def test_every_collected_record_pins_the_hypotheses_of_every_test_score():
+def scored_files(record: dict) -> list[str]:
+    """The hypotheses file of each test score `record` states (a pooled entry: none of its own)."""
+    return [
+        hyps_file(name, key)
+        for key in SCORED
+        for name, entry in (record.get(key) or {}).items()
+        if "pooled" not in entry
+    ]
+
+
+def test_every_collected_record_pins_exactly_the_hypotheses_of_its_test_scores():
     assert len(RECORDS) >= 271
     for path in RECORDS:
-        record = json.loads(path.read_text())
+        record = load(path)
         assert record.get("test"), f"{path}: no test scores"
-        assert record.get(PINS), f"{path}: no pinned hypotheses"
+        assert sorted(record[PINS]) == sorted(scored_files(record)), path
 
 
 @pytest.mark.slow
@@ -93,9 +105,9 @@ def test_every_stated_test_score_is_what_its_pinned_hypotheses_give(evidence):
         f"{c.record} {c.entry} {c.metric}: states {c.stated!r}, hypotheses give {c.recomputed!r}"
         for c in wrong
     )
-    entries = Counter(check.entry.split("/")[0] for check in results)
-    assert entries["test"] >= 2 * 864 - 2 * entries["test_average"] > 0
-    assert any(check.entry.endswith("/long") for check in results)  # a pooled entry checked
+    entries = sum(len(load(path).get(key) or {}) for path in RECORDS for key in SCORED)
+    assert len(results) == 2 * entries  # a BLEU and a chrF for each
+    assert any(check.entry.endswith(f"/{POOLED_LONG}") for check in results)
 
 
 def test_every_figure_without_hypotheses_is_a_validation_figure():

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from minimt.config import validate_config
 from minimt.data.length_split import POOLED_LONG
-from minimt.study.plan import WRITTEN_AFTER, Contrast, PlanError, load_plan
+from minimt.study.plan import WRITTEN_AFTER, Contrast, PlanError, load_plan, load_plans
 from scripts.report import main as report
-from tests.helpers import PLANS, REPO
+from tests.helpers import PLANS, REPO, compose_config
 
 GOOD = """
 protocol: mine
@@ -109,3 +110,28 @@ def test_the_report_script_ends_on_a_wrong_plan_in_one_line(tmp_path, capsys):
         str(stop.value)
         == f"error: plans={tmp_path / 'none'} is not a folder; name the folder of your plan files"
     )
+
+
+def test_the_recipe_decision_is_superiority_on_bf16_and_non_inferiority_on_slow_cpus():
+    plans = {plan.name: plan for plan in load_plans(REPO / "configs" / "recipe_plan").plans}
+    assert plans.keys() == {"bf16_30_minutes", "slow_cpu"}
+    (r1,) = plans["bf16_30_minutes"].families
+    r2, r3 = plans["slow_cpu"].families
+    assert plans["bf16_30_minutes"].protocol == "as_configured_bf16_cpu"
+    assert plans["slow_cpu"].protocol == "as_configured_fp32_cpu"
+    assert (r1.claims, r1.alpha, len(r1.tests[0].seeds)) == ("difference_and_equivalence", 0.05, 12)
+    for family in (r2, r3):
+        assert (family.claims, family.alpha, family.margin) == ("non_inferiority", 0.05, 0.5)
+    assert {f"{t.system} vs {t.reference}" for f in (r1, r2, r3) for t in f.tests} == {
+        "recipe_adaptive vs recipe_static"
+    }
+    assert [f.overrides[:2] for f in (r1, r2, r3)] == [
+        ("trainer.max_minutes=30", "trainer.precision=bf16"),
+        ("trainer.max_minutes=30", "trainer.precision=fp32"),
+        ("trainer.max_minutes=55", "trainer.precision=fp32"),
+    ]
+    for family in (r1, r2, r3):  # each run the plans start composes and passes the config rules
+        for arm in ("recipe_static", "recipe_adaptive"):
+            cfg = compose_config(*family.overrides, f"arm={arm}", "trainer.seed=41")
+            validate_config(cfg)
+            assert cfg.trainer.adapt == (arm == "recipe_adaptive")

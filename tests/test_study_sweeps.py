@@ -23,6 +23,7 @@ from tests.helpers import (
 ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 BALANCE_ARMS = {"fairseq_learned", "sinusoid_rms_learned", "unscaled_small_sinusoidal"}
 CPU_LENGTH_ARMS = {"length_rms_learned"}  # Q8's, run by its plan's command on the CPU protocol
+RECIPE_ARMS = {"recipe_static", "recipe_adaptive"}  # run by the plans of configs/recipe_plan
 LENGTH_SPLIT_ARMS = {f"length_{pe}" for pe in ENCODINGS} | {f"control_{pe}" for pe in ENCODINGS}
 UNSCALED = {"embedding.scale": False}
 INIT1 = {"embedding.init_std": 1.0}
@@ -59,6 +60,9 @@ ARMS: dict[str, tuple[str, dict]] = {
     "unscaled_small_sinusoidal": ("sinusoidal", UNSCALED | {"pe.scale": 256**-0.5}),
     # Q8: the length split with the table at the sinusoid's RMS (pe=learned's default)
     "length_rms_learned": ("learned", SPLIT),
+    # the recipe's decision (configs/recipe_plan): today's recipe and the one following the budget
+    "recipe_static": ("sinusoidal", {}),
+    "recipe_adaptive": ("sinusoidal", {"trainer.adapt": True}),
 }
 
 
@@ -86,10 +90,10 @@ def compose_with_hydra(*overrides: str) -> DictConfig:
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
-def test_the_arm_group_holds_exactly_the_study_s_configurations():
+def test_the_arm_group_holds_exactly_the_study_s_and_the_recipe_decision_s_configurations():
     files = {path.stem for path in (REPO / "configs" / "arm").glob("*.yaml")}
     assert files == ARMS.keys()
-    assert len(files) == 5 + 5 + 5 + 9 + 2 + 2 + 3 + 1
+    assert len(files) == 5 + 5 + 5 + 9 + 2 + 2 + 3 + 1 + 2
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
@@ -134,7 +138,7 @@ def test_the_length_split_sweep_runs_five_encodings_and_two_controls_with_three_
 
 def test_the_study_sweep_runs_every_other_arm_with_three_seeds():
     runs = arms_and_seeds(sweep_jobs("sweep=study"))
-    other_arms = ARMS.keys() - LENGTH_SPLIT_ARMS - BALANCE_ARMS - CPU_LENGTH_ARMS
+    other_arms = ARMS.keys() - LENGTH_SPLIT_ARMS - BALANCE_ARMS - CPU_LENGTH_ARMS - RECIPE_ARMS
     assert sorted(runs) == sorted((arm, seed) for arm in other_arms for seed in (1, 2, 3))
 
 
