@@ -21,15 +21,15 @@ train: setup
 	$(PY) scripts/train.py $(ARGS)
 
 # One pytest process per core (pytest-xdist), each file's tests in one process, one torch thread
-# each (tests/conftest.py).
+# each, the files with real training runs first (tests/conftest.py).
 test: setup
 	$(PY) -m ruff check src scripts tests
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The inner loop: everything but the real training runs (@pytest.mark.slow); CI runs `make test`.
 test-fast: setup
 	$(PY) -m ruff check src scripts tests
-	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # The fuzz suites with 20 times the cases of `make test`, freshly drawn on every run.
 fuzz: setup

@@ -79,3 +79,11 @@ def smoke_run(multi30k_dir, tmp_path_factory, worker_id) -> tuple[Path, dict]:
 def run_copy(smoke_run, tmp_path) -> Path:
     """A copy of the smoke run that a test may write into or damage."""
     return Path(shutil.copytree(smoke_run[0], tmp_path / "run"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold real training runs (@pytest.mark.slow) first. `make test` gives each
+    file to one worker (pytest-xdist's loadfile, without its reordering by test count, which put
+    the long files of few tests last): many quick files at the end even out the workers' ends."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -117,7 +117,7 @@ class Check:
     """One score a record states, against what its hypotheses give."""
 
     record: Path
-    entry: str  # "test/test_2016_flickr", "test_average/long", ...
+    entry: str  # "test/test_2016_flickr", "test_average/pooled_long", ...
     metric: str  # bleu | chrf
     stated: float
     recomputed: float
