@@ -6,9 +6,9 @@
 Copies each run with a metrics.json into <dest>/<protocol>/<configuration>/seed<k>/ (metrics.json,
 config.yaml); its hyps.*.txt go into <dest>/<protocol>/<configuration>/hypotheses.tar.xz, each
 pinned by SHA-256 in metrics.json "hypotheses" (minimt.study.evidence). No record names one
-machine's paths: Multi30k read from a local folder
-is recorded by its public URL (its files are pinned by SHA-256), and an absolute data.dir or
-resume inside the project the run trained in, relative to that project's root. Running it again
+machine's paths: Multi30k read from a local folder is recorded by its public URL (its files are
+pinned by SHA-256), and an absolute data.dir or resume inside the project the run trained in,
+relative to that project's root. Running it again
 changes nothing; a run already there whose files differ is replaced, with a warning. Each file
 is written whole or not at all, the archive first and metrics.json last: a copy stopped half-way
 (Ctrl-C, a full disk) is no collected run until it runs again.
@@ -96,7 +96,8 @@ def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
         files = recorded_files(run, hyps)
         archive = read_archive(target.parent / ARCHIVE)
         present = kept_files(target)
-        if present == files and run_members(archive, target) == hyps:
+        loose = sorted(target.glob("hyps.*.txt"))  # kept beside the record before the archive
+        if present == files and run_members(archive, target) == hyps and not loose:
             done.append((target, "unchanged"))
             continue
         if present:
@@ -106,16 +107,21 @@ def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
             f"{dest} are intact"
         )
         with with_hint(note, WriteError):
-            copy_files(target, files, with_run(archive, target, hyps))
+            copy_files(target, files, with_run(archive, target, hyps), stale=loose)
         done.append((target, "replaced" if present else "copied"))
     return done
 
 
-def copy_files(target: Path, files: dict[str, bytes], archive: dict[str, bytes]) -> None:
-    """Write `files` to `target` and `archive` to its configuration's archive, each atomically.
-    metrics.json, which makes the folder a finished run, goes first and comes back last."""
+def copy_files(
+    target: Path, files: dict[str, bytes], archive: dict[str, bytes], *, stale: list[Path]
+) -> None:
+    """Write `archive` to the configuration's archive, delete the `stale` files of `target` (what
+    the archive now holds) and write `files` there, each atomically. metrics.json, which makes
+    the folder a finished run, goes first and comes back last."""
     remove(target / "metrics.json")
     write_bytes(target.parent / ARCHIVE, archive_bytes(archive))
+    for path in stale:
+        remove(path)
     for name in sorted(files, key=lambda name: name == "metrics.json"):
         write_bytes(target / name, files[name])
 

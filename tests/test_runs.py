@@ -151,6 +151,20 @@ def test_collect_runs_is_idempotent_and_replaces_a_run_that_differs(sweep, tmp_p
     assert recorded[PINS] == {"hyps.test.txt": hashlib.sha256(b"a cat\nthe dog\n").hexdigest()}
 
 
+def test_collecting_into_runs_kept_before_the_archive_moves_their_hypotheses_into_it(
+    sweep, tmp_path
+):
+    dest = tmp_path / "runs"
+    collect_runs(sweep, dest)
+    kept = dest / "toy_fp32_cpu/full_learned/seed1"
+    (kept / "hyps.test.txt").write_text("a dog\nthe cat\n")  # the layout before the archive
+    (kept.parent / ARCHIVE).unlink()
+    assert dict(collect_runs(sweep, dest))[kept] == "replaced"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "metrics.json"]
+    assert read_archive(kept.parent / ARCHIVE)["seed1/hyps.test.txt"] == b"a dog\nthe cat\n"
+    assert {s for _, s in collect_runs(sweep, dest)} == {"unchanged"}
+
+
 def test_collected_records_name_no_machines_paths(tmp_path):
     project = tmp_path / "checkout"
     project.mkdir()
