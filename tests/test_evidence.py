@@ -5,6 +5,8 @@ holds (each pinned by SHA-256 in the record) against the pinned Multi30k referen
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -101,6 +103,12 @@ def test_every_stated_test_score_is_what_its_pinned_hypotheses_give(evidence):
     stated = sorted(RECORDS, key=lambda path: sorted(json.loads(path.read_text())["test"]))
     results = [check for path in stated for check in evidence.checks(path)]
     wrong = [check for check in results if not check.agrees]
+    edited = [
+        replace(check, stated=float(figure))
+        for check in results
+        for figure in edits(repr(check.stated), 0, len(repr(check.stated)))
+    ]
+    assert not [check for check in edited if check.agrees]  # any figure, one digit changed
     assert not wrong, "\n".join(
         f"{c.record} {c.entry} {c.metric}: states {c.stated!r}, hypotheses give {c.recomputed!r}"
         for c in wrong
@@ -119,31 +127,39 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def sample_record() -> Path:
-    """A record with a pooled long-sentence entry and scores of an averaged checkpoint, if the
-    collected runs hold one; else the first one."""
-    for path in RECORDS:
-        record = load(path)
-        if record.get("test_average") and any("pooled" in e for e in record["test"].values()):
-            return path
-    return RECORDS[0]
+def first_record(holds) -> Path:
+    """The first collected record for which holds(record) is true."""
+    return next(path for path in RECORDS if holds(load(path)))
+
+
+def edits(text: str, start: int, length: int) -> Iterator[str]:
+    """`text` with one digit of text[start:start + length] changed, for each digit but the last
+    two (which TOLERANCE_ULPS leaves to the math libraries)."""
+    digits = [i for i in range(start, start + length) if text[i].isdigit()]
+    for at in digits[:-2]:
+        yield text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :]
 
 
 @pytest.mark.slow
-def test_a_one_character_edit_of_a_stated_bleu_fails_the_check(evidence):
-    path = sample_record()
+@pytest.mark.parametrize("kind", ["test_average", POOLED_LONG])
+def test_a_one_character_edit_of_a_stated_bleu_fails_the_check(evidence, kind):
+    """Each stated BLEU of a record with an averaged checkpoint's scores, and of one with a
+    pooled long-sentence entry, edited in its metrics.json (every digit of every figure: the
+    test above)."""
+    if kind == POOLED_LONG:
+        path = first_record(lambda record: POOLED_LONG in record["test"])
+    else:
+        path = first_record(lambda record: bool(record.get(kind)))
     text, record = path.read_text(), load(path)
     assert all(check.agrees for check in evidence.checks(path, record))
     for key in [key for key in SCORED if record.get(key)]:
-        entry, scores = next(iter(record[key].items()))
-        stated = f'"bleu": {scores["bleu"]!r},'
-        assert text.count(stated) == 1, stated
-        start = text.index(stated) + len('"bleu": ')
-        # each digit but the last two, which TOLERANCE_ULPS leaves to the math libraries
-        for at in [i for i in range(start, start + len(stated) - 9) if text[i].isdigit()][:-2]:
-            edited = text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :]
+        for entry, scores in record[key].items():
+            stated = f'"bleu": {scores["bleu"]!r},'
+            assert text.count(stated) == 1, stated
+            start = text.index(stated) + len('"bleu": ')
+            edited = next(edits(text, start, len(repr(scores["bleu"]))))  # its first digit
             failing = [c for c in evidence.checks(path, json.loads(edited)) if not c.agrees]
-            assert [(c.entry, c.metric) for c in failing] == [(f"{key}/{entry}", "bleu")], at
+            assert [(c.entry, c.metric) for c in failing] == [(f"{key}/{entry}", "bleu")]
 
 
 def test_an_edited_hypothesis_file_differs_from_its_pin(tmp_path):
