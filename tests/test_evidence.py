@@ -5,7 +5,7 @@ holds (each pinned by SHA-256 in the record) against the pinned Multi30k referen
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -43,6 +43,10 @@ UNSCORED = {
 }
 
 
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
 class Evidence:
     """The records under docs/, their archives and the references their configs name, each read
     once; the statistics of each (reference, hypothesis) pair computed once."""
@@ -51,22 +55,28 @@ class Evidence:
         self.multi30k, self.cache_dir = multi30k, cache_dir
         self.scorer = SegmentScores()
         self.archive = cache(read_archive)
+        self.held_out: dict[tuple[str, str], list[str]] = {}  # (data config, set) -> references
 
-    def references(self, record_path: Path):
+    def references(self, record_path: Path) -> Callable[[Sequence[str]], dict[str, list[str]]]:
+        """The reference lines of the named test sets as the record's data config reads them,
+        from the pinned Multi30k files in `multi30k`."""
         run, reason = load_run(record_path.parent, None)
         assert run is not None, f"{record_path}: {reason}"
         data = OmegaConf.to_container(run.config.data)
         data |= {"url": str(self.multi30k), "dir": str(self.cache_dir)}
         key = json.dumps(data, sort_keys=True)
-        return lambda names: {name: self._references(key, name) for name in names}
 
-    @cache  # noqa: B019 (one instance per test session)
-    def _references(self, data_key: str, name: str) -> list[str]:
-        data = OmegaConf.create(json.loads(data_key))
-        return load_held_out(data, [name])[name][1]
+        def lines(names: Sequence[str]) -> dict[str, list[str]]:
+            for name in names:
+                if (key, name) not in self.held_out:
+                    held_out = load_held_out(OmegaConf.create(data), [name])
+                    self.held_out[key, name] = held_out[name][1]
+            return {name: self.held_out[key, name] for name in names}
+
+        return lines
 
     def checks(self, record_path: Path, record: dict | None = None) -> list[Check]:
-        record = record if record is not None else json.loads(record_path.read_text())
+        record = record if record is not None else load(record_path)
         hyps = recorded_hyps(record_path, record, self.archive(archive_of(record_path)))
         found = checks(record_path, record, hyps, self.references(record_path), self.scorer)
         return list(found)
@@ -100,19 +110,19 @@ def test_every_collected_record_pins_exactly_the_hypotheses_of_its_test_scores()
 
 @pytest.mark.slow
 def test_every_stated_test_score_is_what_its_pinned_hypotheses_give(evidence):
-    stated = sorted(RECORDS, key=lambda path: sorted(json.loads(path.read_text())["test"]))
+    stated = sorted(RECORDS, key=lambda path: sorted(load(path)["test"]))  # test sets together
     results = [check for path in stated for check in evidence.checks(path)]
     wrong = [check for check in results if not check.agrees]
+    assert not wrong, "\n".join(
+        f"{c.record} {c.entry} {c.metric}: states {c.stated!r}, hypotheses give {c.recomputed!r}"
+        for c in wrong
+    )
     edited = [
         replace(check, stated=float(figure))
         for check in results
         for figure in edits(repr(check.stated), 0, len(repr(check.stated)))
     ]
     assert not [check for check in edited if check.agrees]  # any figure, one digit changed
-    assert not wrong, "\n".join(
-        f"{c.record} {c.entry} {c.metric}: states {c.stated!r}, hypotheses give {c.recomputed!r}"
-        for c in wrong
-    )
     entries = sum(len(load(path).get(key) or {}) for path in RECORDS for key in SCORED)
     assert len(results) == 2 * entries  # a BLEU and a chrF for each
     assert any(check.entry.endswith(f"/{POOLED_LONG}") for check in results)
@@ -121,10 +131,6 @@ def test_every_stated_test_score_is_what_its_pinned_hypotheses_give(evidence):
 def test_every_figure_without_hypotheses_is_a_validation_figure():
     unscored = Counter(path for record in RECORDS for path in unscored_figures(load(record)))
     assert set(unscored) == set(UNSCORED), f"figures without hypotheses: {dict(unscored)}"
-
-
-def load(path: Path) -> dict:
-    return json.loads(path.read_text())
 
 
 def first_record(holds) -> Path:
