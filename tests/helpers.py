@@ -5,6 +5,7 @@ runs."""
 import copy
 import importlib
 import json
+import locale
 import os
 import runpy
 import subprocess
@@ -27,6 +28,7 @@ from minimt.data.batching import Batch, flat, flat_batch
 from minimt.model.positions import as_factory
 from minimt.model.transformer import Transformer
 from minimt.study.plan import load_plans
+from tests.warm_python import Client
 
 REPO = Path(__file__).resolve().parents[1]
 PLANS = load_plans(REPO / "configs" / "plan")  # the study's plan files
@@ -47,6 +49,7 @@ ON_CUDA = [
 
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "MINIMT_ALLOCATOR": "system"}
 ENV.pop("HYDRA_FULL_ERROR", None)
+WARM_PYTHON = Client(ENV, REPO)  # started at the first script run of this pytest process
 
 # A script run as __main__ by `python -c PRELUDE + RUN_AS_MAIN <script> <args>`
 RUN_AS_MAIN = """
@@ -55,9 +58,9 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
-# Tests run a script one of two ways: end to end in a subprocess (`run_script`, or
-# `script_command` for a process the test signals while it runs), or in this process
-# (`run_in_process`), where a test can patch what the script calls.
+# Tests run a script one of two ways: end to end in a process of its own (`run_script`, forked
+# from a warm Python; `script_command` for a fresh process that a test signals while it runs), or
+# in this process (`run_in_process`), where a test can patch what the script calls.
 
 
 def script_command(script: str, *args: str) -> list[str]:
@@ -73,21 +76,36 @@ def run_script(
     timeout: float = 600,
     **env: str,
 ) -> subprocess.CompletedProcess:
-    """Run REPO/scripts/<script> in a subprocess with one torch thread and the system allocator,
-    `env` added to the environment; stdout and stderr captured, as text when `stdin` is text.
-    `prelude`: Python run first in that process, to patch what the script will call."""
+    """Run REPO/scripts/<script> in a process of its own with one torch thread and the system
+    allocator, `env` added to the environment; stdout and stderr captured, as text when `stdin`
+    is text. `prelude`: Python run first in that process, to patch what the script will call.
+    The process is forked from this pytest process's warm Python (tests/warm_python.py) where
+    the environment allows, else started fresh."""
     command = script_command(script, *args)
+    text = isinstance(stdin, str)
+    stdin_bytes = stdin.encode(locale.getpreferredencoding(False)) if text else stdin
+    if warm := WARM_PYTHON.run(command[1:], ENV | env, stdin_bytes, prelude, timeout):
+        returncode, out, err = warm
+        if text:
+            out, err = (text_of(data) for data in (out, err))
+        return subprocess.CompletedProcess(command, returncode, out, err)
     if prelude:
         command = [sys.executable, "-c", prelude + RUN_AS_MAIN, *command[1:]]
     return subprocess.run(
         command,
         input=stdin,
         capture_output=True,
-        text=isinstance(stdin, str),
+        text=text,
         env=ENV | env,
         cwd=REPO,
         timeout=timeout,
     )
+
+
+def text_of(data: bytes) -> str:
+    """`data` as subprocess.run(text=True) gives a child's output."""
+    text = data.decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def run_in_process(script: str, argv: list[str], capsys=None) -> tuple[int | str | None, str, str]:
