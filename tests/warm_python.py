@@ -1,14 +1,14 @@
 """A warm Python for the tests' script runs: one process per pytest worker imports the heavy
 third-party libraries once (torch with its compiler stack, Hydra, sacreBLEU, tokenizers,
-TensorBoard, matplotlib), then forks a child for each script run, which runs it as `python
-<script> <args>` would: its own argv, environment, working directory, stdin, stdout and stderr,
-exit status, and the exit of an uncaught exception or KeyboardInterrupt. A fresh interpreter
-spends 3-5 s importing those libraries; a forked child has them already.
+TensorBoard, matplotlib's Agg figures), then forks a child for each script run, which runs it
+as `python <script> <args>` would: its own argv, environment, working directory, stdin, stdout
+and stderr, exit status, and the exit of an uncaught exception or KeyboardInterrupt. A fresh
+interpreter spends 3-5 s importing those libraries; a forked child has them already.
 
 minimt itself is not imported ahead: a script's own imports run in the child as they would in a
-fresh process. An environment variable that a preloaded library reads at import (OMP_*, PYTHON*,
-...) differs from the warm process's only by a fresh process: `Client.run` returns None for any
-variable other than MINIMT_* and HYDRA_FULL_ERROR, and the caller starts one.
+fresh process. An environment variable that a preloaded library reads at import (OMP_*,
+PYTHON*, ...) needs a fresh process: `Client.run` returns None when any variable other than
+MINIMT_* and HYDRA_FULL_ERROR differs from the warm process's, and the caller starts one.
 
 Protocol (JSON lines): the client writes a request; the server forks, answers {"pid": ...} and,
 once the child exits, {"returncode": ...} (negative: the signal that ended it, as subprocess)."""
@@ -36,7 +36,8 @@ PRELOADED = [
     "omegaconf",
     "sacrebleu",
     "tokenizers",
-    "matplotlib.pyplot",
+    "matplotlib.figure",
+    "matplotlib.backends.backend_agg",
 ]
 # Read by minimt and Hydra when a script runs, not when a library is imported.
 READ_AT_RUN = ("MINIMT_", "HYDRA_FULL_ERROR")
@@ -46,7 +47,6 @@ ALLOCATOR = ("MINIMT_ALLOCATOR", "system")
 
 def serve() -> None:
     """Import PRELOADED, then run each request read from stdin in a forked child."""
-    os.environ.setdefault("MPLBACKEND", "Agg")
     for name in PRELOADED:
         __import__(name)
     requests, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "w")
