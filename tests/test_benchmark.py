@@ -2,8 +2,6 @@
 
 import json
 import operator
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ from omegaconf import OmegaConf
 from minimt.data.splits import prepare_data
 from minimt.data.tokenizer import PAD_ID
 from minimt.translator import Translator
-from tests.helpers import REPO, compose_config, load_script, tiny_run_overrides
+from tests.helpers import compose_config, load_script, run_script, tiny_run_overrides
 from tests.host_reads import HostReads
 
 BENCHMARK = "scripts/bench/benchmark.py"
@@ -31,9 +29,8 @@ def test_padding_fraction_of_fabricated_batches():
 @pytest.mark.slow
 def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
     out = tmp_path / "bench"
-    command = [
-        sys.executable,
-        str(REPO / BENCHMARK),
+    done = run_script(
+        BENCHMARK.removeprefix("scripts/"),
         "experiment=smoke",
         f"data.url={multi30k_dir}",
         f"data.dir={tmp_path / 'data'}",
@@ -46,8 +43,9 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
         "benchmark.profile_steps=2",
         "benchmark.profile_sentences=10",
         f"hydra.run.dir={out}",
-    ]
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((out / "benchmark.json").read_text())
     training = report["training"]
     assert training["tgt_tokens_per_s"] > 0 and 0 < training["mfu"] < 1
@@ -79,15 +77,15 @@ def test_benchmark_runs_end_to_end_on_the_smoke_config(multi30k_dir, tmp_path):
 
 
 def test_compare_with_an_unknown_peer_names_the_missing_script(tmp_path):
-    command = [
-        sys.executable,
-        str(REPO / BENCHMARK),
+    done = run_script(
+        BENCHMARK.removeprefix("scripts/"),
         "--compare",
         "nosuch",
         "experiment=smoke",
         f"hydra.run.dir={tmp_path}",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        stdin="",
+        timeout=120,
+    )
     assert done.returncode == 1
     assert "peers/nosuch.sh" in done.stdout + done.stderr and "joeynmt" in done.stdout + done.stderr
 
