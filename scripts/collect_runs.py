@@ -8,10 +8,10 @@ config.yaml); its hyps.*.txt go into <dest>/<protocol>/<configuration>/hypothese
 pinned by SHA-256 in metrics.json "hypotheses" (minimt.study.evidence). No record names one
 machine's paths: Multi30k read from a local folder is recorded by its public URL (its files are
 pinned by SHA-256), and an absolute data.dir or resume inside the project the run trained in,
-relative to that project's root. Running it again
-changes nothing; a run already there whose files differ is replaced, with a warning. Each file
-is written whole or not at all, the archive first and metrics.json last: a copy stopped half-way
-(Ctrl-C, a full disk) is no collected run until it runs again.
+relative to that project's root. Running it again changes nothing; a run already there whose
+files differ is replaced, with a warning. Each file is written whole or not at all, the archive
+first and metrics.json last: a copy stopped half-way (Ctrl-C, a full disk) is no collected run
+until it runs again.
 Then: python scripts/report.py sweep=<dest>
 """
 
@@ -28,9 +28,9 @@ from minimt.cli import one_line_errors, parse_args, setup_logging
 from minimt.data.multi30k import MULTI30K_URL, local_path
 from minimt.errors import with_hint
 from minimt.study.evidence import (
-    ARCHIVE,
     PINS,
     archive_bytes,
+    archive_of,
     pins,
     read_archive,
     run_members,
@@ -94,7 +94,7 @@ def collect_runs(sweep_dir: Path, dest: Path) -> list[tuple[Path, str]]:
         target = collected_dir(dest, run)
         hyps = hypotheses(run.dir)
         files = recorded_files(run, hyps)
-        archive = read_archive(target.parent / ARCHIVE)
+        archive = read_archive(archive_of(target))
         present = kept_files(target)
         loose = sorted(target.glob("hyps.*.txt"))  # kept beside the record before the archive
         if present == files and run_members(archive, target) == hyps and not loose:
@@ -119,7 +119,7 @@ def copy_files(
     the archive now holds) and write `files` there, each atomically. metrics.json, which makes
     the folder a finished run, goes first and comes back last."""
     remove(target / "metrics.json")
-    write_bytes(target.parent / ARCHIVE, archive_bytes(archive))
+    write_bytes(archive_of(target), archive_bytes(archive))
     for path in stale:
         remove(path)
     for name in sorted(files, key=lambda name: name == "metrics.json"):

@@ -77,7 +77,7 @@ class Evidence:
 
     def checks(self, record_path: Path, record: dict | None = None) -> list[Check]:
         record = record if record is not None else load(record_path)
-        hyps = recorded_hyps(record_path, record, self.archive(archive_of(record_path)))
+        hyps = recorded_hyps(record_path, record, self.archive(archive_of(record_path.parent)))
         found = checks(record_path, record, hyps, self.references(record_path), self.scorer)
         return list(found)
 
@@ -170,7 +170,7 @@ def test_a_one_character_edit_of_a_stated_bleu_fails_the_check(evidence, kind):
 
 def test_an_edited_hypothesis_file_differs_from_its_pin(tmp_path):
     path = RECORDS[0]
-    archive = read_archive(archive_of(path))
+    archive = read_archive(archive_of(path.parent))
     record = load(path)
     name = next(iter(record[PINS]))
     member = f"{path.parent.name}/{name}"
@@ -183,7 +183,7 @@ def test_an_edited_hypothesis_file_differs_from_its_pin(tmp_path):
 
 
 def test_segment_statistics_give_sacrebleus_corpus_scores_bit_for_bit():
-    archive = read_archive(archive_of(RECORDS[0]))
+    archive = read_archive(archive_of(RECORDS[0].parent))
     same_set = sorted(name for name in archive if name.endswith("/hyps.test_2016_flickr.txt"))
     refs, *systems = [archive[name].decode().splitlines() for name in same_set[:4]]
     scorer = SegmentScores()

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from minimt.data.multi30k import MULTI30K_URL
-from minimt.study.evidence import ARCHIVE, PINS, read_archive
+from minimt.study.evidence import PINS, archive_of, read_archive
 from minimt.study.runs import load_sweep
 from scripts.collect_runs import collect_runs, main
 
@@ -124,7 +124,7 @@ def test_collect_runs_copies_metrics_config_and_hypotheses(sweep, tmp_path):
     kept = dest / "toy_fp32_cpu/full_learned/seed2"
     assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "metrics.json"]
     hyps = (sweep / "learned/seed2" / "hyps.test.txt").read_bytes()
-    archive = read_archive(kept.parent / ARCHIVE)
+    archive = read_archive(archive_of(kept))
     assert archive == {"seed1/hyps.test.txt": b"a dog\nthe cat\n", "seed2/hyps.test.txt": hyps}
     source = json.loads((sweep / "learned/seed2" / "metrics.json").read_text())
     assert json.loads((kept / "metrics.json").read_text()) == source | {
@@ -146,7 +146,7 @@ def test_collect_runs_is_idempotent_and_replaces_a_run_that_differs(sweep, tmp_p
         statuses = dict(collect_runs(sweep, dest))
     kept = dest / "toy_fp32_cpu/full_learned/seed1"
     assert statuses[kept] == "replaced" and "differs" in caplog.text
-    assert read_archive(kept.parent / ARCHIVE)["seed1/hyps.test.txt"] == b"a cat\nthe dog\n"
+    assert read_archive(archive_of(kept))["seed1/hyps.test.txt"] == b"a cat\nthe dog\n"
     recorded = json.loads((kept / "metrics.json").read_text())
     assert recorded[PINS] == {"hyps.test.txt": hashlib.sha256(b"a cat\nthe dog\n").hexdigest()}
 
@@ -158,10 +158,10 @@ def test_collecting_into_runs_kept_before_the_archive_moves_their_hypotheses_int
     collect_runs(sweep, dest)
     kept = dest / "toy_fp32_cpu/full_learned/seed1"
     (kept / "hyps.test.txt").write_text("a dog\nthe cat\n")  # the layout before the archive
-    (kept.parent / ARCHIVE).unlink()
+    (archive_of(kept)).unlink()
     assert dict(collect_runs(sweep, dest))[kept] == "replaced"
     assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "metrics.json"]
-    assert read_archive(kept.parent / ARCHIVE)["seed1/hyps.test.txt"] == b"a dog\nthe cat\n"
+    assert read_archive(archive_of(kept))["seed1/hyps.test.txt"] == b"a dog\nthe cat\n"
     assert {s for _, s in collect_runs(sweep, dest)} == {"unchanged"}
 
 

@@ -200,6 +200,6 @@ def record_paths(root: Path) -> list[Path]:
     return sorted(root.rglob("metrics.json"))
 
 
-def archive_of(record_path: Path) -> Path:
-    """The archive holding the hypotheses of the run whose record is at `record_path`."""
-    return record_path.parent.parent / ARCHIVE
+def archive_of(run_dir: Path) -> Path:
+    """The archive holding the hypotheses of the collected run in `run_dir`: its configuration's."""
+    return run_dir.parent / ARCHIVE
