@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import traceback
 from pathlib import Path
 
@@ -55,7 +54,8 @@ def serve() -> None:
         return
     for line in requests:
         request = json.loads(line)
-        sys.stdout.flush(), sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
         pid = os.fork()
         if pid == 0:
             os.close(answers.fileno())
@@ -155,7 +155,8 @@ class Client:
             with tempfile.TemporaryDirectory(prefix="warm-python-") as folder:
                 files = {name: Path(folder, name) for name in ("stdin", "stdout", "stderr")}
                 files["stdin"].write_bytes(stdin)
-                files["stdout"].touch(), files["stderr"].touch()
+                for output in ("stdout", "stderr"):
+                    files[output].touch()
                 request = {"argv": argv, "env": env, "cwd": str(self.cwd), "prelude": prelude}
                 returncode = self.exchange(request | {k: str(p) for k, p in files.items()}, timeout)
                 if returncode is None:
@@ -176,25 +177,22 @@ class Client:
         server = self.start()
         server.stdin.write(json.dumps(request).encode() + b"\n")
         server.stdin.flush()
-        answer = self.answer(server, deadline=None)
-        if "refused" in answer:
+        started = self.answer(server)
+        if "refused" in started:
             self.refused = True
             return None
-        try:
-            return self.answer(server, deadline=time.monotonic() + timeout)["returncode"]
-        except subprocess.TimeoutExpired:
-            os.kill(answer["pid"], signal.SIGKILL)
-            self.answer(server, deadline=None)
-            raise subprocess.TimeoutExpired(request["argv"], timeout) from None
+        ended = self.answer(server, timeout)
+        if ended is None:
+            os.kill(started["pid"], signal.SIGKILL)
+            self.answer(server)  # the killed child's end
+            raise subprocess.TimeoutExpired(request["argv"], timeout)
+        return ended["returncode"]
 
     @staticmethod
-    def answer(server: subprocess.Popen, deadline: float | None) -> dict:
-        if deadline is not None:
-            ready, _, _ = select.select(
-                [server.stdout], [], [], max(0, deadline - time.monotonic())
-            )
-            if not ready:
-                raise subprocess.TimeoutExpired(server.args, 0)
+    def answer(server: subprocess.Popen, timeout: float | None = None) -> dict | None:
+        """The server's next answer, or None when `timeout` seconds pass without one."""
+        if timeout is not None and not select.select([server.stdout], [], [], timeout)[0]:
+            return None
         line = server.stdout.readline()
         if not line:
             raise RuntimeError(f"the warm Python ended (exit status {server.wait()})")
