@@ -158,7 +158,7 @@ def test_collecting_into_runs_kept_before_the_archive_moves_their_hypotheses_int
     collect_runs(sweep, dest)
     kept = dest / "toy_fp32_cpu/full_learned/seed1"
     (kept / "hyps.test.txt").write_text("a dog\nthe cat\n")  # the layout before the archive
-    (archive_of(kept)).unlink()
+    archive_of(kept).unlink()
     assert dict(collect_runs(sweep, dest))[kept] == "replaced"
     assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "metrics.json"]
     assert read_archive(archive_of(kept))["seed1/hyps.test.txt"] == b"a dog\nthe cat\n"
